@@ -1,0 +1,26 @@
+# lioncub: `make help` lists the targets.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+PYTEST_ARGS ?=
+# Modules whose import proves the environment is complete; `install` is a no-op when they all import.
+CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-all bench-core
+
+help:  ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install:  ## install what is missing (torch 2.14.1 from local disk, the rest from PyPI)
+	@$(PYTHON) -c "import $(CHECK_IMPORTS)" 2>/dev/null && $(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('whisper') is None)" \
+	  && echo "install: every dependency is present" \
+	  || { $(PIP) install -r requirements.txt && $(PIP) install --no-deps "openai-whisper==20250625"; }
+
+test: install  ## run the test suite (excludes tests marked slow; under 15 minutes on 2 cores)
+	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-all: install  ## run every test, slow ones included
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and wire bytes per reducer
+	$(PYTHON) -m src.bench.core_throughput

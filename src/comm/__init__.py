@@ -1,0 +1,53 @@
+"""Communication algorithms for distributed Lion, each behind one interface (Lion Cub, Section 3; Table 1).
+
+`make_reducer(name, group=None, **options)` builds one; `reducer.reduce(update, step)` aggregates this rank's flat
+update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends for it.
+
+| name       | algorithm                                                   | options                                  |
+|------------|-------------------------------------------------------------|------------------------------------------|
+| `pbit`     | uint8 SUM allreduce of packed low-bit sums                  | quant, levels, bits, vote, zeros, seed   |
+| `onebit`   | all-to-all + local majority + allgather, 1 bit each way     | zeros                                    |
+| `ps_naive` | parameter server, point-to-point                            | as pbit                                  |
+| `ps_tree`  | parameter server, gather + broadcast                        | as pbit                                  |
+| `fp32`     | allreduce of raw updates in float32, then sign              | vote                                     |
+| `bf16`     | allreduce of raw updates in bfloat16, then sign             | vote                                     |
+
+Every reducer also takes `world_size`/`rank` (to plan without a process group), `segments` (per-layer scales),
+`check_finite` and `timer`.
+"""
+from __future__ import annotations
+
+import inspect
+
+from src.comm.base import NonFiniteUpdateError, Reducer, tie_value
+from src.comm.full_precision import FullPrecisionReducer
+from src.comm.onebit import OneBitReducer
+from src.comm.param_server import NaiveParameterServer, TreeParameterServer
+from src.comm.pbit import PBitReducer, largest_world_size
+
+REDUCERS = {
+    "pbit": PBitReducer,
+    "onebit": OneBitReducer,
+    "ps_naive": NaiveParameterServer,
+    "ps_tree": TreeParameterServer,
+    "fp32": FullPrecisionReducer,
+    "bf16": FullPrecisionReducer,
+}
+
+
+def make_reducer(name: str, group=None, **options) -> Reducer:
+    """Build the reducer `name` on `group` (the default group when None); unknown names/options raise ValueError."""
+    if name not in REDUCERS:
+        raise ValueError(f"unknown reducer {name!r}; choose one of {', '.join(REDUCERS)}")
+    cls = REDUCERS[name]
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "group", "dtype")]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"reducer {name!r} does not take option(s) {', '.join(unknown)}; "
+                         f"it takes {', '.join(accepted)}")
+    if cls is FullPrecisionReducer:
+        options["dtype"] = name
+    return cls(group, **options)
+
+
+__all__ = ["REDUCERS", "make_reducer", "Reducer", "NonFiniteUpdateError", "tie_value", "largest_world_size"]

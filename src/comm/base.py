@@ -1,0 +1,129 @@
+"""What every reducer shares (Lion Cub, Sections 3.1 and 3.2; Distributed Lion, Algorithm 1).
+
+A reducer takes this rank's flat float update vector c_i = beta1 * m_i + (1 - beta1) * g_i and returns the
+aggregated direction, identical on every rank:
+- `vote="majority"`: sign(S) with S = sum_i Q(c_i) (Distributed Lion MaVo, Lion Cub);
+- `vote="average"`:  S / (world_size * levels), in [-1, 1] (Distributed Lion Avg).
+
+The tie rule of Section 3.2 (`zeros`): where a value must fit 1 bit, a zero becomes +1 (`plus`), -1 (`minus`),
+or alternates, +1 on odd steps and -1 on even steps (`alternate`; steps count from 1). `keep` keeps zeros exact by
+spending one more level on the wire (the paper's "2-bit allreduce which transmits exact zeros", Fig. 3).
+
+Non-finite input is rejected on the rank that holds it with `NonFiniteUpdateError` before anything is quantized
+or sent (the other ranks then fail in their collective, and torchrun tears the job down). A world size of 1 is
+allowed: the collectives are no-ops and the result is the local quantized direction.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from src.utils.timing import PhaseTimer
+
+VOTES = ("majority", "average")
+ZERO_RULES = ("alternate", "plus", "minus", "keep")
+
+
+class NonFiniteUpdateError(ValueError):
+    """The update vector handed to a reducer holds NaN or Inf."""
+
+
+def tie_value(step: int, zeros: str) -> int:
+    """The value (+1 or -1) a zero or a tied vote takes at `step` under the tie rule `zeros`."""
+    if zeros == "plus":
+        return 1
+    if zeros == "minus":
+        return -1
+    if zeros == "alternate":
+        if step < 1:
+            raise ValueError(f"steps count from 1 for the alternating tie rule, got step={step}")
+        return 1 if step % 2 == 1 else -1
+    raise ValueError(f"tie rule {zeros!r} does not resolve zeros; choose one of alternate, plus, minus")
+
+
+def resolve_zeros_(codes: torch.Tensor, step: int, zeros: str) -> torch.Tensor:
+    """Replace exact zeros in an integer code tensor by the tie value, in place."""
+    codes.masked_fill_(codes == 0, tie_value(step, zeros))
+    return codes
+
+
+def check_choice(what: str, value, choices: Sequence) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(map(str, choices))}")
+
+
+def resolve_group(group, world_size: int | None, rank: int | None) -> tuple[int, int, bool]:
+    """(world_size, rank, live): from the process group when one is initialised, else from the arguments.
+
+    Without a process group a reducer can still be built with explicit `world_size` and `rank`, to validate a
+    configuration or compute `wire_bytes` before any process group exists; `reduce` then refuses to run.
+    """
+    if dist.is_available() and dist.is_initialized():
+        ws, rk = dist.get_world_size(group), dist.get_rank(group)
+        if world_size is not None and world_size != ws:
+            raise ValueError(f"world_size={world_size} was given but the process group has {ws} ranks")
+        return ws, rk, True
+    if world_size is None:
+        raise ValueError("no process group is initialised: call torch.distributed.init_process_group first, "
+                         "or pass world_size= (and rank=) to build a reducer for planning only")
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    rank = 0 if rank is None else rank
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} is outside [0, world_size={world_size})")
+    return world_size, rank, False
+
+
+class Reducer:
+    """Base class: owns the process group, the timer and the checks; subclasses implement `_reduce`."""
+
+    name = "base"
+
+    def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None,
+                 segments: Sequence[int] | None = None, check_finite: bool = True, timer: PhaseTimer | None = None):
+        self.group = group
+        self.world_size, self.rank, self.live = resolve_group(group, world_size, rank)
+        self.segments = None if segments is None else [int(s) for s in segments]
+        self.check_finite = check_finite
+        self.timer = timer if timer is not None else PhaseTimer()
+
+    def global_rank(self, group_rank: int) -> int:
+        """The global rank of `group_rank` in this reducer's group (for point-to-point and rooted collectives)."""
+        if self.group is None:
+            return group_rank
+        return dist.get_global_rank(self.group, group_rank)
+
+    def reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
+        """Aggregate this rank's flat update vector at `step` (counted from 1); same result on every rank."""
+        if not self.live:
+            raise RuntimeError(f"{self.name}: this reducer was built without a process group (planning only)")
+        if update.dim() != 1 or not update.is_floating_point():
+            raise ValueError(f"{self.name}: expects a flat floating-point vector, got shape {tuple(update.shape)} "
+                             f"dtype {update.dtype}")
+        if self.segments is not None and sum(self.segments) != update.numel():
+            raise ValueError(f"{self.name}: segments cover {sum(self.segments)} elements, update has {update.numel()}")
+        if self.check_finite:
+            bad = (~torch.isfinite(update)).sum().item()
+            if bad:
+                raise NonFiniteUpdateError(
+                    f"{self.name}: update vector on rank {self.rank} holds {bad} non-finite value(s) at step {step}; "
+                    "nothing was sent. Check the loss and gradients (gradient clipping does not remove NaN).")
+        return self._reduce(update, int(step))
+
+    def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def wire_bytes(self, numel: int) -> int:
+        """Bytes this rank sends to reduce an update of `numel` elements (the algorithms of Table 1)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(world_size={self.world_size}, rank={self.rank})"

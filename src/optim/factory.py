@@ -1,0 +1,96 @@
+"""Build the optimizer of a variant config (`conf/variant/*.yaml`) for a model, and validate it up front.
+
+A variant mapping holds `optimizer` (`lion` | `lion_grad_allreduce` | `lion_cub`), and per kind `comm_dtype`
+(gradient allreduce: fp32 | bf16 | fp16), `reducer` (`{name, quant, levels, bits, vote, zeros, ...}`) and
+`momentum_sync` (`{every, layers}`). Learning rate, betas and weight decay come from the optim config.
+
+Weight decay goes to parameters with 2 or more dimensions only (matrices and embeddings), as in nanoGPT, on which
+the paper's GPT setup builds (Section 7, Appendix D); norms and biases are not decayed. This split is ours: the
+paper does not say.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from src.comm import make_reducer
+from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion
+from src.optim.lion import Lion
+from src.optim.lion_cub import LionCub
+from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases
+
+OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub")
+_KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync"}}
+_ALWAYS = {"name", "optimizer"}
+
+
+def _plain(cfg) -> dict:
+    """A plain dict from a mapping (an OmegaConf DictConfig included)."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    return {k: (_plain(v) if isinstance(v, Mapping) else v) for k, v in dict(cfg).items()}
+
+
+def _check_keys(variant: dict) -> str:
+    """The optimizer kind of `variant`; unknown kinds and keys that do not apply to the kind raise ValueError."""
+    kind = variant.get("optimizer")
+    if kind not in OPTIMIZERS:
+        raise ValueError(f"variant {variant.get('name', '?')!r}: unknown optimizer {kind!r}; "
+                         f"choose one of {', '.join(OPTIMIZERS)}")
+    allowed = _ALWAYS | _KEYS[kind]
+    extra = sorted(set(variant) - allowed)
+    if extra:
+        raise ValueError(f"variant {variant.get('name', '?')!r}: key(s) {', '.join(extra)} do not apply to optimizer "
+                         f"{kind!r}, which takes {', '.join(sorted(allowed))}")
+    return kind
+
+
+def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module | None = None) -> None:
+    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` (or on `model`)."""
+    variant = _plain(variant)
+    kind = _check_keys(variant)
+    if kind == "lion" and world_size > 1:
+        raise ValueError(f"variant {variant.get('name')!r}: optimizer 'lion' does not communicate, but world_size="
+                         f"{world_size}; use lion_grad_allreduce (Lion 32/16-bit) or lion_cub")
+    if kind == "lion_grad_allreduce" and variant.get("comm_dtype", "fp32") not in COMM_DTYPES:
+        raise ValueError(f"unknown comm_dtype {variant.get('comm_dtype')!r}; choose one of {', '.join(COMM_DTYPES)}")
+    if kind != "lion_cub":
+        return
+    options = dict(variant.get("reducer") or {})
+    if "name" not in options:
+        raise ValueError(f"variant {variant.get('name')!r}: lion_cub needs reducer.name")
+    make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
+    sync = MomentumSync.from_config(variant.get("momentum_sync"))
+    if model is not None:
+        sync.select([n for n, _ in named_parameters_with_aliases(model)])
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Two named groups: decayed (dim >= 2) and not decayed (dim < 2); empty groups dropped."""
+    named = named_parameters_with_aliases(model)
+    decay = [(n, p) for n, p in named if p.dim() >= 2]
+    no_decay = [(n, p) for n, p in named if p.dim() < 2]
+    groups = [dict(params=[p for _, p in decay], param_names=[n for n, _ in decay], weight_decay=weight_decay),
+              dict(params=[p for _, p in no_decay], param_names=[n for n, _ in no_decay], weight_decay=0.0)]
+    return [g for g in groups if g["params"]]
+
+
+def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, betas: tuple[float, float],
+                    weight_decay: float, group=None) -> torch.optim.Optimizer:
+    """The optimizer of `variant` over `model`'s trainable parameters; every one has a `.timer`."""
+    variant = _plain(variant)
+    kind = _check_keys(variant)
+    groups = parameter_groups(model, weight_decay)
+    betas = tuple(float(b) for b in betas)
+    if kind == "lion":
+        return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+    if kind == "lion_grad_allreduce":
+        return GradAllreduceLion(groups, lr=lr, betas=betas, weight_decay=weight_decay,
+                                 comm_dtype=variant.get("comm_dtype", "fp32"), group=group)
+    return LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
+                   momentum_sync=variant.get("momentum_sync"), group=group)

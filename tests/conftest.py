@@ -1,0 +1,25 @@
+"""Shared fixtures: `dist` runs a function on a pool of real gloo ranks (see tests/dist_pool.py)."""
+from __future__ import annotations
+
+import pytest
+
+from dist_pool import DistPool
+
+_POOLS: dict[int, DistPool] = {}
+
+
+class _Runner:
+    def __call__(self, world_size: int, fn, *args, **kwargs) -> list:
+        pool = _POOLS.get(world_size)
+        if pool is None or pool.broken:
+            pool = _POOLS[world_size] = DistPool(world_size)
+        return pool.run(fn, *args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def dist():
+    """`dist(world_size, fn, *args)` -> list of per-rank return values of fn run on real gloo ranks."""
+    yield _Runner()
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()

@@ -1,0 +1,192 @@
+"""Every reducer on real gloo ranks equals a plain single-process reference of its definition, bit for bit.
+
+Reference: each rank's codes come from `quantize` (tested on its own in test_quant.py) with the rank's generator;
+the aggregation (tie rule, sum, vote) is recomputed here from Sections 3.1-3.2 of the paper.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as tdist
+
+from dist_pool import RankError
+from src.comm import make_reducer
+from src.comm.base import NonFiniteUpdateError
+from src.quant import quantize
+
+SEED = 1234
+
+
+def make_update(rank: int, numel: int, seed: int = SEED) -> torch.Tensor:
+    """Random values, exact zeros (every 5th element) and exact ties (every 3rd: +-1 by rank parity)."""
+    g = torch.Generator().manual_seed(seed + 7 * rank)
+    u = torch.randn(numel, generator=g)
+    idx = torch.arange(numel)
+    u[idx % 3 == 1] = torch.where((idx[idx % 3 == 1] + rank) % 2 == 0, 1.0, -1.0)
+    u[idx % 5 == 0] = 0.0
+    return u
+
+
+def make_int_update(rank: int, numel: int, seed: int = SEED) -> torch.Tensor:
+    """Integer-valued floats: sums are exact in any order and in bf16, ties are frequent."""
+    g = torch.Generator().manual_seed(seed + 11 * rank)
+    return torch.randint(-3, 4, (numel,), generator=g).float()
+
+
+def segments_for(numel: int) -> list[int] | None:
+    if numel < 10:
+        return None
+    return [numel // 5, numel - numel // 5 - numel // 7, numel // 7]
+
+
+def _run_reducer(name: str, options: dict, numel: int, step: int, int_data: bool):
+    rank = tdist.get_rank()
+    update = (make_int_update if int_data else make_update)(rank, numel)
+    segments = segments_for(numel)
+    reducer = make_reducer(name, segments=segments, **options)
+    result = reducer.reduce(update.clone(), step)
+    codes = None
+    if "quant" in options or name == "onebit":
+        seed = options.get("seed", 0)
+        g = torch.Generator().manual_seed(seed * 100_003 + rank)
+        codes = quantize(update, options.get("quant", "sign"), options.get("levels", 1), generator=g,
+                         segments=segments)
+    return update, codes, result, reducer.wire_bytes(numel)
+
+
+def tie(step: int, zeros: str) -> int:
+    return {"plus": 1, "minus": -1}.get(zeros, 1 if step % 2 == 1 else -1)
+
+
+def reference(name: str, options: dict, outs: list, step: int) -> torch.Tensor:
+    world_size = len(outs)
+    if name in ("fp32", "bf16"):
+        return torch.sign(torch.stack([u.double() for u, _, _, _ in outs]).sum(0)).float()
+    quant, levels = options.get("quant", "sign"), options.get("levels", 1)
+    zeros, vote = options.get("zeros", "alternate"), options.get("vote", "majority")
+    codes = torch.stack([c.long() for _, c, _, _ in outs])
+    votes = name == "onebit" or (quant == "sign" and zeros != "keep")
+    if votes:
+        codes[codes == 0] = tie(step, zeros)
+    total = codes.sum(0)
+    if name == "onebit":
+        out = torch.sign(total)
+        out[total == 0] = tie(step, zeros)
+        return out.float()
+    if vote == "majority":
+        return torch.sign(total).float()
+    return total.double().div(world_size * (1 if votes else levels)).float()
+
+
+PBIT_CASES = [
+    dict(quant="sign", levels=1, bits=4, vote="majority", zeros="alternate"),
+    dict(quant="sign", levels=1, bits=8, vote="average", zeros="plus"),
+    dict(quant="sign", levels=1, bits=2, vote="majority", zeros="minus"),
+    dict(quant="sign", levels=1, bits=4, vote="majority", zeros="keep"),
+    dict(quant="l1", levels=7, bits=8, vote="majority"),
+    dict(quant="l1", levels=1, bits=4, vote="average"),
+    dict(quant="linf", levels=7, bits=8, vote="majority", seed=3),
+    dict(quant="linf_nozero", levels=3, bits=8, vote="average", seed=5),
+    dict(quant="log", levels=7, bits=8, vote="majority"),
+]
+
+
+def _fits(options: dict, world_size: int) -> bool:
+    votes = options["quant"] == "sign" and options.get("zeros", "alternate") != "keep"
+    per_rank = 1 if votes else 2 * options["levels"]
+    return per_rank * world_size <= (1 << options["bits"]) - 1
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("name", ["pbit", "ps_naive", "ps_tree"])
+@pytest.mark.parametrize("case", range(len(PBIT_CASES)))
+def test_pbit_and_parameter_servers_match_reference(dist, world_size, name, case):
+    options = PBIT_CASES[case]
+    if not _fits(options, world_size):
+        with pytest.raises(ValueError, match=f"world_size={world_size}"):
+            make_reducer(name, world_size=world_size, **options)
+        return
+    for numel, step in [(37, 1), (1003, 2), (5, 3)]:
+        outs = dist(world_size, _run_reducer, name, options, numel, step, False)
+        expected = reference(name, options, outs, step)
+        for rank, (_, _, result, _) in enumerate(outs):
+            assert result.dtype == torch.float32
+            assert torch.equal(result, expected), f"{name} {options} numel={numel} step={step} rank={rank}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("zeros", ["alternate", "plus", "minus"])
+def test_onebit_matches_reference(dist, world_size, zeros):
+    options = dict(zeros=zeros)
+    for numel, step in [(1, 1), (37, 2), (1003, 3), (8 * world_size, 4)]:
+        outs = dist(world_size, _run_reducer, "onebit", options, numel, step, False)
+        expected = reference("onebit", options, outs, step)
+        assert not (expected == 0).any()
+        for rank, (_, _, result, _) in enumerate(outs):
+            assert torch.equal(result, expected), f"onebit zeros={zeros} numel={numel} step={step} rank={rank}"
+
+
+def test_onebit_resolves_tied_sums_by_step_parity(dist):
+    """Two ranks voting against each other everywhere: the result is +1 on odd steps, -1 on even ones."""
+    for step, want in [(1, 1.0), (2, -1.0), (7, 1.0)]:
+        outs = dist(2, _run_tied_votes, step)
+        for result in outs:
+            assert torch.equal(result, torch.full((21,), want))
+
+
+def _run_tied_votes(step: int):
+    rank = tdist.get_rank()
+    update = torch.full((21,), 1.0 if rank == 0 else -1.0)
+    return make_reducer("onebit").reduce(update, step)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("name", ["fp32", "bf16"])
+def test_full_precision_sign_equals_sign_of_sum(dist, world_size, name):
+    for numel in (1, 37, 1003):
+        outs = dist(world_size, _run_reducer, name, {}, numel, 1, True)
+        expected = reference(name, {}, outs, 1)
+        assert numel < 1000 or (expected == 0).any(), "the data should contain exact ties"
+        for result in (o[2] for o in outs):
+            assert torch.equal(result, expected)
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_parameter_servers_and_pbit_agree(dist, world_size):
+    options = dict(quant="l1", levels=7, bits=8, vote="average")
+    results = {}
+    for name in ("pbit", "ps_naive", "ps_tree"):
+        results[name] = [o[2] for o in dist(world_size, _run_reducer, name, options, 1003, 2, False)]
+    for name in ("ps_naive", "ps_tree"):
+        for a, b in zip(results[name], results["pbit"]):
+            assert torch.equal(a, b)
+
+
+def _run_nan(name: str, options: dict):
+    update = make_update(tdist.get_rank(), 50)
+    update[17] = float("nan")
+    update[3] = float("inf")
+    make_reducer(name, **options).reduce(update, 1)
+
+
+@pytest.mark.parametrize("name,options", [("pbit", dict(bits=4)), ("onebit", {}), ("fp32", {}),
+                                          ("ps_tree", dict(quant="l1", levels=3))])
+def test_non_finite_update_is_rejected_before_sending(dist, name, options):
+    with pytest.raises(RankError) as info:
+        dist(2, _run_nan, name, options)
+    assert set(info.value.failures) == {0, 1}
+    for tb in info.value.failures.values():
+        assert NonFiniteUpdateError.__name__ in tb and "2 non-finite value(s) at step 1" in tb
+
+
+def test_world_size_one_returns_local_direction(dist):
+    outs = dist(1, _run_reducer, "onebit", {}, 37, 1, False)
+    update, _, result, wire = outs[0]
+    expected = torch.sign(update)
+    expected[expected == 0] = 1
+    assert torch.equal(result, expected) and wire == 0
+    outs = dist(1, _run_reducer, "pbit", dict(quant="sign", bits=1, vote="majority"), 37, 2, False)
+    update, _, result, _ = outs[0]
+    expected = torch.sign(update)
+    expected[expected == 0] = -1
+    assert torch.equal(result, expected)
