@@ -85,7 +85,8 @@ def kernel_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
 def wire_rows(numel: int = 100_000_000) -> list[dict]:
     settings = [("fp32", "fp32", {}), ("bf16", "bf16", {}), ("pbit 8-bit", "pbit", dict(bits=8)),
                 ("pbit 4-bit", "pbit", dict(bits=4)), ("onebit", "onebit", {}),
-                ("ps_naive 8-bit (server)", "ps_naive", dict(bits=8)), ("ps_tree 8-bit (server)", "ps_tree", dict(bits=8))]
+                ("ps_naive 8-bit (server)", "ps_naive", dict(bits=8)),
+                ("ps_tree 8-bit (server)", "ps_tree", dict(bits=8))]
     rows = []
     for label, name, options in settings:
         for world_size in (2, 4, 8, 16):

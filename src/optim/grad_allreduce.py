@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.wire import ring_allreduce_bytes
-from src.optim.lion import Lion
+from src.optim.lion import Lion, evaluate_closure
 
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -53,10 +53,7 @@ class GradAllreduceLion(Lion):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         self.allreduce_gradients()
         super().step()
         return loss

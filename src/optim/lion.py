@@ -47,11 +47,20 @@ def lion_momentum_(exp_avgs: list[torch.Tensor], grads: list[torch.Tensor], beta
     torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta2)
 
 
-def apply_direction_(params: list[torch.Tensor], directions: list[torch.Tensor], lr: float, weight_decay: float) -> None:
+def apply_direction_(params: list[torch.Tensor], directions: list[torch.Tensor], lr: float,
+                     weight_decay: float) -> None:
     """p <- p * (1 - lr * wd) - lr * direction, in place (direction is sign(c), or an average of signs)."""
     if weight_decay != 0.0:
         torch._foreach_mul_(params, 1.0 - lr * weight_decay)
     torch._foreach_add_(params, directions, alpha=-lr)
+
+
+def evaluate_closure(closure) -> torch.Tensor | None:
+    """The loss of an optimizer closure, evaluated with gradients enabled (None without a closure)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 def lion_update_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor], *,
@@ -101,10 +110,7 @@ class Lion(Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         with self.timer.phase("update"):
             for group in self.param_groups:
                 params, grads, exp_avgs = self._group_tensors(group)

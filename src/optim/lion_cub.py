@@ -25,7 +25,8 @@ import torch.distributed as dist
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
-from src.optim.lion import apply_direction_, check_hyperparameters, lion_momentum_, lion_update_vector_
+from src.optim.lion import (apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_,
+                             lion_update_vector_)
 from src.optim.momentum_sync import MomentumSync
 from src.utils.timing import PhaseTimer
 
@@ -100,10 +101,7 @@ class LionCub(Optimizer):
     # --- the step ---------------------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = evaluate_closure(closure)
         step = self.steps_done + 1
         with self.timer.phase("update"):
             lists = [self._group_lists(g) for g in self.param_groups]
