@@ -1,0 +1,176 @@
+"""Atomic, verifiable, per-rank checkpoints for distributed Lion (Lion Cub, Algorithm 1: momenta are per rank).
+
+In distributed Lion every rank keeps its own momentum, so a checkpoint holds every rank's optimizer state, not
+one copy. Layout, one folder per step under `root`:
+
+    step_00001200/
+        model.pt        rank 0: model state (the replicas are identical, so one copy)
+        rank00000.pt    per rank: optimizer + reducer state, RNG states, data position, anything else given
+        manifest.json   written last, by rank 0, once every rank's file is on disk: step, world size, sha256 and
+                        size of every file, and the caller's metadata (LR schedule position, W&B run id, ...)
+
+Every file is written to a temporary name, flushed, fsynced and renamed, so a crash leaves either the old state
+or a complete new file. A folder without a manifest, or whose files do not match their checksums, is not a
+checkpoint: `latest()` skips it and returns the newest one that verifies. Rank 0 deletes all but the newest `keep`.
+All ranks must call `save` and `latest` together (they use barriers and a broadcast when a process group is up).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+FORMAT = 1
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used here (wrong world size, missing files)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    path: Path
+    step: int
+    manifest: dict
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _barrier() -> None:
+    if _distributed():
+        dist.barrier()
+
+
+def _write_atomic(path: Path, payload: bytes) -> str:
+    """Write bytes to `path` through a temporary file and a rename; return their sha256."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(payload)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return hashlib.sha256(payload).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _serialise(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def rank_file(rank: int) -> str:
+    return f"rank{rank:05d}.pt"
+
+
+class CheckpointManager:
+    """Save and find checkpoints of one run under `root` for `world_size` ranks."""
+
+    def __init__(self, root: str | os.PathLike, rank: int = 0, world_size: int = 1, keep: int = 3):
+        if keep < 1:
+            raise ValueError(f"checkpoint keep must be >= 1, got keep={keep}")
+        self.root, self.rank, self.world_size, self.keep = Path(root), rank, world_size, keep
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / f"step_{step:08d}"
+
+    def save(self, step: int, rank_state: dict, model_state: dict | None = None, meta: dict | None = None) -> Path:
+        """Write this rank's state (and rank 0's model state and the manifest); collective."""
+        folder = self.step_dir(step)
+        folder.mkdir(parents=True, exist_ok=True)
+        entries = {rank_file(self.rank): _write_atomic(folder / rank_file(self.rank), _serialise(rank_state))}
+        if self.rank == 0:
+            if model_state is None:
+                raise ValueError("rank 0 must pass model_state to CheckpointManager.save")
+            entries["model.pt"] = _write_atomic(folder / "model.pt", _serialise(model_state))
+        digests = [None] * self.world_size
+        if _distributed():
+            dist.all_gather_object(digests, entries)
+        else:
+            digests = [entries]
+        if self.rank == 0:
+            files = {name: {"sha256": digest, "bytes": (folder / name).stat().st_size}
+                     for part in digests for name, digest in part.items()}
+            manifest = dict(format=FORMAT, step=step, world_size=self.world_size, files=files, meta=meta or {},
+                            created=time.time())
+            _write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
+            self._prune()
+        _barrier()
+        return folder
+
+    def _prune(self) -> None:
+        done = [c for c in self._candidates() if (c / "manifest.json").exists()]
+        for folder in done[: max(0, len(done) - self.keep)]:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _candidates(self) -> list[Path]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name))
+
+    def verify(self, folder: Path) -> Checkpoint | None:
+        """The checkpoint in `folder` if its manifest exists and every file matches its checksum, else None."""
+        try:
+            manifest = json.loads((folder / "manifest.json").read_text())
+            for name, entry in manifest["files"].items():
+                path = folder / name
+                if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+                    return None
+            return Checkpoint(folder, int(manifest["step"]), manifest)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def latest(self) -> Checkpoint | None:
+        """The newest checkpoint that verifies, as chosen by rank 0 (collective when a group is up)."""
+        choice = None
+        if self.rank == 0:
+            for folder in reversed(self._candidates()):
+                found = self.verify(folder)
+                if found is not None:
+                    choice = str(found.path)
+                    break
+        if _distributed():
+            box = [choice]
+            dist.broadcast_object_list(box, src=0)
+            choice = box[0]
+        return None if choice is None else self.open(Path(choice))
+
+    def open(self, folder: str | os.PathLike) -> Checkpoint:
+        """A checkpoint folder given explicitly; raises CheckpointError when it cannot be used by this run."""
+        folder = Path(folder)
+        found = self.verify(folder)
+        if found is None:
+            raise CheckpointError(f"{folder} is not a complete checkpoint (manifest missing or checksum mismatch); "
+                                  f"valid ones under {folder.parent}: "
+                                  f"{[p.name for p in self._candidates() if self.verify(p)] or 'none'}")
+        if found.manifest["world_size"] != self.world_size:
+            raise CheckpointError(f"checkpoint {folder} was written by {found.manifest['world_size']} ranks, but this "
+                                  f"run has world_size={self.world_size}: per-rank optimizer state (each rank's own "
+                                  "momentum) cannot be remapped; resume with the same number of ranks")
+        return found
+
+    def load(self, checkpoint: Checkpoint, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
+        """(model_state, this rank's state) of a verified checkpoint."""
+        model = torch.load(checkpoint.path / "model.pt", map_location=map_location, weights_only=False)
+        mine = torch.load(checkpoint.path / rank_file(self.rank), map_location=map_location, weights_only=False)
+        return model, mine

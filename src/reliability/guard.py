@@ -1,0 +1,45 @@
+"""Replica guard: every rank must hold bitwise the same parameters (Lion Cub, Algorithm 1; Distributed Lion).
+
+Every rank applies the same aggregated direction, so replicas stay identical unless something is wrong (a reducer
+that returned different results on different ranks, a non-deterministic kernel, memory corruption, a resumed rank
+loading the wrong file). `check_replicas` computes one exact checksum per parameter (the int64 sum of the raw bit
+patterns: integer addition is associative, so it does not depend on reduction order and any single changed element
+changes it), gathers them from every rank with one collective, and raises `ReplicaDivergenceError` naming the first
+diverging parameter, the step and the ranks that disagree with rank 0.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+_INT_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+
+
+class ReplicaDivergenceError(RuntimeError):
+    """The parameters of two or more ranks differ."""
+
+
+def bit_checksums(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """One int64 per tensor: the sum of its elements' bit patterns."""
+    sums = [p.detach().contiguous().view(_INT_VIEWS[p.element_size()]).sum(dtype=torch.int64) for p in params]
+    return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.int64)
+
+
+def check_replicas(named_params: Sequence[tuple[str, torch.Tensor]], step: int, group=None) -> None:
+    """Raise ReplicaDivergenceError unless every rank's parameters are bitwise equal (collective)."""
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return
+    local = bit_checksums([p for _, p in named_params]).cpu()
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, local, group=group)
+    table = torch.stack(gathered)  # (world_size, num_params)
+    differs = (table != table[0]).any(dim=0)
+    if differs.any():
+        first = int(differs.nonzero()[0])
+        ranks = [r for r in range(table.shape[0]) if table[r, first] != table[0, first]]
+        raise ReplicaDivergenceError(
+            f"replicas diverged at step {step}: parameter {named_params[first][0]!r} differs between rank 0 and "
+            f"rank(s) {ranks} ({int(differs.sum())} of {len(named_params)} parameters differ). The run is stopped: "
+            "its replicas no longer train one model. Resume from the last checkpoint.")
