@@ -4,7 +4,8 @@
 2. The packed vector is cut into `world_size` equal chunks; `all_to_all_single` sends chunk j to rank j.
 3. Rank j unpacks the `world_size` copies of its chunk, sums the votes and takes the sign; tied sums (possible
    with an even world size) are resolved by the same tie rule; the result is repacked to 1 bit.
-4. `all_gather_into_tensor` gives every rank every chunk; unpacking yields the +-1 direction.
+4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
+   every rank every chunk; unpacking yields the +-1 direction.
 
 The vector is padded to a multiple of `8 * world_size` elements so that chunks are whole bytes. Majority vote
 only (an average cannot travel in 1 bit), so the result never holds a zero.
@@ -21,6 +22,9 @@ import torch.distributed as dist
 from src.comm.base import Reducer, check_choice, resolve_zeros_, tie_value
 from src.comm.packing import pack, unpack
 from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
+
+# torch 2.14 renamed all_gather_into_tensor (now deprecated) to all_gather_single; accept either torch.
+_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class OneBitReducer(Reducer):
@@ -71,7 +75,7 @@ class OneBitReducer(Reducer):
             mine = self._chunk_majority(received, step, chunk_numel)
             gathered = torch.empty(padded // 8, dtype=torch.uint8, device=update.device)
         with self.timer.phase("communicate"):
-            dist.all_gather_into_tensor(gathered, mine, group=self.group)
+            _all_gather_flat(gathered, mine, group=self.group)
         with self.timer.phase("quantize"):
             bits = unpack(gathered, 1, numel)
             return bits.to(torch.float32).mul_(2.0).sub_(1.0)

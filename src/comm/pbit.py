@@ -62,10 +62,14 @@ class PBitReducer(Reducer):
         what = "0/1 votes" if self.votes else f"levels [-{self.levels}, {self.levels}] shifted to [0, {per_rank}]"
         hint = (f"the largest world size that fits {self.bits}-bit fields is {fits}" if fits else
                 f"levels={self.levels} does not fit {self.bits}-bit fields even on one rank")
+        fixes = [] if self.bits == 8 else ["wider fields (bits=8)"]
+        if not self.votes and field_max // (2 * self.world_size) >= 1:
+            fixes.append(f"at most levels={field_max // (2 * self.world_size)} at this world size")
+        fixes.append("the onebit reducer")
         raise ValueError(
             f"{self.name}: world_size={self.world_size} with quant={self.quant} ({what}) sums up to "
             f"{per_rank * self.world_size}, which overflows a {self.bits}-bit field (max {field_max}); {hint}. "
-            "Use wider fields (bits=8), fewer levels, or the onebit reducer.")
+            f"Use {', or '.join(fixes)}.")
 
     # --- encoding shared with the parameter servers -------------------------------------------------------------
     def generator(self, device: torch.device) -> torch.Generator:

@@ -1,0 +1,45 @@
+"""Turn run folders into the demo's (or any sweep's) figures and timing table.
+
+    python -m analysis.report RUN_DIR [RUN_DIR ...] --out FOLDER
+
+writes FOLDER/loss_vs_step.png, FOLDER/loss_vs_time.png, FOLDER/timing.md and FOLDER/timing.csv (Table A.1's
+columns), plus FOLDER/accuracy_vs_step.png for vision runs (Fig. 13).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analysis.curves import plot_curves
+from analysis.runs import load_run
+from analysis.timing_table import table_rows, to_markdown, write_table
+
+
+def make_report(run_dirs: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
+    runs = [load_run(d) for d in run_dirs]
+    out_dir = Path(out_dir)
+    outputs = {
+        "loss_vs_step": plot_curves(runs, "step", out_dir / "loss_vs_step.png"),
+        "loss_vs_time": plot_curves(runs, "train_time", out_dir / "loss_vs_time.png"),
+    }
+    if any(r.eval_rows("val/acc") for r in runs):
+        outputs["accuracy_vs_step"] = plot_curves(runs, "step", out_dir / "accuracy_vs_step.png",
+                                                  metric=None, eval_metric="val/acc")
+    outputs["timing_md"], outputs["timing_csv"] = write_table(table_rows(run_dirs), out_dir)
+    return outputs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", help="run folders written by python -m src.train")
+    parser.add_argument("--out", required=True, help="folder for the figures and tables")
+    args = parser.parse_args(argv)
+    outputs = make_report(args.run_dirs, args.out)
+    print(to_markdown(table_rows(args.run_dirs)))
+    for name, path in outputs.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The timing-breakdown table of Table A.1 / Fig. 10 (and Fig. A.1's peak memory) from run folders.
+
+One row per run: network, variant, nodes, processes, parameters, batch size, then the mean per-step milliseconds
+of forward, backward, quantize, communicate, update, other (the rest of the step: data, clipping, Python) and
+total, and the peak memory. The first `train.timing_skip` steps of each run are left out (warm-up). Written as
+Markdown and CSV.
+
+Deliberate difference from Table A.1: quantization has its own column instead of being folded into "Update Step".
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from statistics import fmean
+
+from analysis.runs import Run, load_run
+
+PHASES = ("forward", "backward", "quantize", "communicate", "update")
+COLUMNS = ("network", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
+           "other_ms", "total_ms", "peak_mem_MiB", "steps_timed")
+
+
+def timed_rows(run: Run) -> list[dict]:
+    rows = [r for r in run.train_rows() if "time/total" in r]
+    skip = int(run.config.get("train", {}).get("timing_skip", 0) or 0)
+    return rows[skip:] if len(rows) > skip else rows
+
+
+def timing_summary(run: Run) -> dict:
+    """The Table A.1 row of one run (milliseconds are means over the timed steps)."""
+    rows = timed_rows(run)
+    if not rows:
+        raise ValueError(f"{run.path}: no timed training steps in metrics.jsonl")
+    ms = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in PHASES}
+    total = 1000 * fmean(r["time/total"] for r in rows)
+    peak = max((r.get("mem/peak_bytes") or 0) for r in rows)
+    prov, summary = run.provenance, run.summary
+    params = summary.get("model_parameters")
+    return {
+        "network": prov.get("network", run.config.get("network", {}).get("name", "?")),
+        "variant": run.label,
+        "nodes": prov.get("num_nodes", 1),
+        "procs": prov.get("world_size", 1),
+        "params_M": round(params / 1e6, 2) if params else None,
+        "batch": run.config.get("data", {}).get("batch_size"),
+        **{f"{p}_ms": round(v, 2) for p, v in ms.items()},
+        "other_ms": round(total - sum(ms.values()), 2),
+        "total_ms": round(total, 2),
+        "peak_mem_MiB": round(peak / 2**20, 1),
+        "steps_timed": len(rows),
+    }
+
+
+def table_rows(run_dirs: list[str | Path]) -> list[dict]:
+    return [timing_summary(load_run(d)) for d in run_dirs]
+
+
+def to_markdown(rows: list[dict], columns=COLUMNS) -> str:
+    def cell(v):
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows: list[dict], out_dir: str | Path, stem: str = "timing") -> tuple[Path, Path]:
+    """Write `<stem>.md` and `<stem>.csv` into `out_dir`; returns both paths."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
+    md.write_text(to_markdown(rows))
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    return md, csv_path

@@ -1,0 +1,177 @@
+"""All process-group setup in one place (Lion Cub, Section 7: data-parallel workers over NCCL or gloo).
+
+`describe()` reads the launcher's environment (torchrun's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; a plain
+`python -m src.train` is one process), picks the device and backend, and checks every constraint up front with a
+message that names the numbers (in the spirit of torchtitan's ParallelDims). It has no side effects, so a bad
+launch fails before anything starts. `init_process_group()` then applies the `network` config's environment (e.g.
+Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and starts the group.
+
+Backend: NCCL on CUDA, gloo on CPU. `network=local` pins gloo to the loopback interface and CPU tensors (gloo's CUDA
+path lacks the all-to-all the 1-bit allreduce needs). A single process whose optimizer communicates (Lion 32-bit,
+Lion Cub) gets a one-rank group on an in-memory store, so the variant runs its real code path without a launcher.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from src.engine.errors import SetupError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    device: torch.device
+    backend: str  # "gloo" | "nccl"
+    network: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, -(-self.world_size // self.local_world_size))
+
+
+def _int_env(environ: Mapping[str, str], key: str) -> int:
+    try:
+        return int(environ[key])
+    except ValueError:
+        raise SetupError(f"environment variable {key}={environ[key]!r} is not an integer") from None
+
+
+def read_launch_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
+    """(rank, local_rank, world_size, local_world_size) from torchrun's variables; one process when absent."""
+    if "WORLD_SIZE" not in environ and "RANK" not in environ:
+        tasks = environ.get("SLURM_STEP_NUM_TASKS", "1")
+        if tasks.isdigit() and int(tasks) > 1:
+            raise SetupError(f"started by srun as {tasks} tasks (SLURM_STEP_NUM_TASKS={tasks}) but without torchrun, "
+                             "so each task would train alone. Launch one torchrun per node instead: srun "
+                             "--ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node <gpus> ... "
+                             "-m src.train ...")
+        return 0, 0, 1, 1
+    missing = [k for k in ("RANK", "WORLD_SIZE") if k not in environ]
+    if missing:
+        present = "RANK" if "RANK" in environ else "WORLD_SIZE"
+        raise SetupError(f"{' and '.join(missing)} not set while {present} is: launch with torchrun, which sets "
+                         "RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE")
+    rank, world = _int_env(environ, "RANK"), _int_env(environ, "WORLD_SIZE")
+    local_rank = _int_env(environ, "LOCAL_RANK") if "LOCAL_RANK" in environ else rank
+    local_world = _int_env(environ, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in environ else world
+    if world < 1 or not 0 <= rank < world:
+        raise SetupError(f"RANK={rank} must lie in [0, WORLD_SIZE={world})")
+    if not 1 <= local_world <= world or not 0 <= local_rank < local_world:
+        raise SetupError(f"LOCAL_RANK={local_rank} must lie in [0, LOCAL_WORLD_SIZE={local_world}) and "
+                         f"LOCAL_WORLD_SIZE must lie in [1, WORLD_SIZE={world}]")
+    return rank, local_rank, world, local_world
+
+
+def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, local_world: int) -> torch.device:
+    """The device of this rank; every impossible combination is a SetupError naming the numbers."""
+    backend, name = network.get("backend", "auto"), network.get("name", "?")
+    if requested not in ("auto", "cpu", "cuda"):
+        raise SetupError(f"device={requested!r} is not one of auto, cpu, cuda")
+    if backend not in ("auto", "gloo", "nccl"):
+        raise SetupError(f"network.backend={backend!r} is not one of auto, gloo, nccl")
+    cuda_ok = torch.cuda.is_available()
+    if requested == "cuda" and not cuda_ok:
+        raise SetupError("device=cuda but torch.cuda.is_available() is False; use device=cpu (or device=auto)")
+    if requested == "cuda" and backend == "gloo":
+        raise SetupError(f"network={name} uses gloo, which lioncub runs on CPU tensors only (gloo has no CUDA "
+                         "all-to-all); use device=cpu, or network=ethernet/infiniband for NCCL on GPUs")
+    if backend == "nccl" and (requested == "cpu" or not cuda_ok):
+        raise SetupError(f"network={name} asks for NCCL, which needs CUDA, but the device is CPU "
+                         f"(device={requested}, CUDA available: {cuda_ok}); use network=local on CPU")
+    use_cuda = requested == "cuda" or (requested == "auto" and cuda_ok and backend != "gloo")
+    if not use_cuda:
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if local_world > count:
+        raise SetupError(f"{local_world} processes on this node (LOCAL_WORLD_SIZE) but only {count} CUDA device(s) "
+                         f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch "
+                         f"torchrun --nproc_per_node {count} or fewer")
+    return torch.device("cuda", local_rank)
+
+
+def describe(device: str, network: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> DistContext:
+    """Check the launch and return this rank's context; starts nothing."""
+    environ = os.environ if environ is None else environ
+    rank, local_rank, world, local_world = read_launch_env(environ)
+    dev = choose_device(device, network, local_rank, local_world)
+    return DistContext(rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
+                       device=dev, backend="nccl" if dev.type == "cuda" else "gloo",
+                       network=str(network.get("name", "?")))
+
+
+def loopback_interface() -> str | None:
+    """Name of the interface holding 127.0.0.1 (`lo` on Linux, `lo0` on macOS), or None."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return None
+
+
+def apply_network_env(network: Mapping[str, Any], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set the network's environment variables (before the group starts); return what was set."""
+    environ = os.environ if environ is None else environ
+    applied = {str(k): str(v) for k, v in (network.get("env") or {}).items()}
+    if network.get("loopback") and "GLOO_SOCKET_IFNAME" not in environ:
+        iface = loopback_interface()
+        if iface:
+            applied["GLOO_SOCKET_IFNAME"] = iface
+    for key, value in applied.items():
+        if environ.get(key, value) != value:
+            print(f"lioncub: network={network.get('name')} sets {key}={value} (was {environ[key]})", flush=True)
+        environ[key] = value
+    return applied
+
+
+def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str, str]:
+    """Apply the network environment and start the process group; returns the variables it set."""
+    applied = apply_network_env(network)
+    if ctx.device.type == "cuda":
+        torch.cuda.set_device(ctx.device)
+    timeout = timedelta(seconds=int(network.get("timeout_s", 1800)))
+    device_id = ctx.device if ctx.device.type == "cuda" else None
+    if ctx.world_size == 1 and "MASTER_ADDR" not in os.environ:
+        dist.init_process_group(ctx.backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,
+                                device_id=device_id)
+    else:
+        dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout,
+                                device_id=device_id)
+    return applied
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (identity without a multi-rank group)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (a one-element list without a multi-rank group)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

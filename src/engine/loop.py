@@ -1,0 +1,110 @@
+"""The training loop shared by every task (Lion Cub, Section 7; Appendix D: gradient clipping 1.0, no accumulation).
+
+Per step: set the scheduled learning rate in every param_group, fetch this rank's batch, forward, backward, clip
+the gradient norm, `optimizer.step()` (which quantizes, communicates and updates, timing each), zero the gradients.
+One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer steps done), `loss` (this step's
+training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
+ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wall_time` (since training started,
+evaluations included), the `time/*` breakdown of Table A.1 and `mem/peak_bytes`. Evaluation metrics (`val/*`,
+averaged over ranks) join the row of the step they follow; the evaluation before training is a row at step 0.
+
+Deliberate difference: the training loss is rank 0's, not averaged over ranks, so logging adds no collective to
+the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
+the optimizer communicates; for Lion (32/16bit) the paper does not say whether clipping precedes the allreduce.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from src.dist.setup import DistContext
+from src.engine.schedule import LRSchedule
+from src.engine.step_stats import PeakMemory, timing_row
+from src.engine.tasks.base import Task
+from src.logging.sinks import Sinks
+from src.utils.timing import PhaseTimer
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def autocast(precision: str, device: torch.device):
+    """bf16 autocast on CUDA for `auto`/`bf16`, bf16 on CPU only when asked; otherwise plain fp32."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@dataclass
+class LoopResult:
+    steps: int = 0
+    last_loss: float = math.nan
+    last_eval: dict = field(default_factory=dict)
+    train_time: float = 0.0
+    wall_time: float = 0.0
+    peak_memory_bytes: int = 0
+
+
+def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float) -> dict:
+    """One optimizer step; returns the metrics of that step (loss, grad norm, timing)."""
+    start = time.perf_counter()
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with timer.phase("data"):
+        batch = task.next_batch()
+    with timer.phase("forward"), amp:
+        loss = task.loss(model, batch)
+    with timer.phase("backward"):
+        loss.backward()
+    with timer.phase("clip"):
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    total = time.perf_counter() - start
+    row = {"loss": loss.item(), "lr": lr, "grad_norm": None if norm is None else norm.item()}
+    row.update(timing_row(timer.pop(), optimizer.timer.pop(), total))
+    return row
+
+
+def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
+    with amp:
+        metrics = task.evaluate(model)
+    if announce:
+        tqdm.write(f"step {step}: " + "  ".join(f"{k}={v:.4f}" for k, v in metrics.items()))
+    return metrics
+
+
+def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg: DictConfig, ctx: DistContext,
+          total_steps: int) -> LoopResult:
+    timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
+    clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
+    per_step = task.units_per_step()
+    bar = tqdm(total=total_steps, disable=not (ctx.is_main and cfg.train.progress), unit="step", dynamic_ncols=True)
+    result, start = LoopResult(), time.perf_counter()
+    model.train()
+    if cfg.train.eval_at_start:
+        result.last_eval = _evaluate(task, model, amp, 0, ctx.is_main)
+        sinks.log({"step": 0, unit: 0, "train_time": 0.0, "wall_time": time.perf_counter() - start,
+                   **result.last_eval})
+    for step in range(1, total_steps + 1):
+        row = {"step": step}
+        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1)))
+        result.train_time += row["time/total"]
+        result.peak_memory_bytes = memory.peak()
+        row.update({unit: step * per_step, "train_time": result.train_time, "mem/peak_bytes": result.peak_memory_bytes})
+        if step == total_steps or (every and step % every == 0):
+            result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
+            row.update(result.last_eval)
+        row["wall_time"] = time.perf_counter() - start
+        sinks.log(row)
+        result.steps, result.last_loss = step, row["loss"]
+        bar.update(1)
+        bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", refresh=False)
+    bar.close()
+    result.wall_time = time.perf_counter() - start
+    return result

@@ -1,0 +1,28 @@
+"""Task registry: which task trains a given model kind on a given data kind (Section 7's GPT and vision setups)."""
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from src.dist.setup import DistContext
+from src.engine.errors import SetupError
+from src.engine.tasks.base import Task
+from src.engine.tasks.gpt import GPTTask
+from src.engine.tasks.vision import VisionTask
+
+TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (GPTTask, VisionTask)}
+
+
+def make_task(cfg: DictConfig, ctx: DistContext) -> Task:
+    """The task for `cfg.model.kind`; a model paired with the wrong data kind is a SetupError naming both."""
+    model_kind, data_kind = cfg.model.get("kind"), cfg.data.get("kind")
+    for cls in TASKS.values():
+        if model_kind in cls.model_kinds:
+            if data_kind not in cls.data_kinds:
+                raise SetupError(f"model kind {model_kind!r} trains on data of kind {' or '.join(cls.data_kinds)}, but "
+                                 f"data={data_kind!r} was chosen; pick a matching data option (conf/data/)")
+            return cls(cfg, ctx)
+    known = sorted(k for cls in TASKS.values() for k in cls.model_kinds)
+    raise SetupError(f"no task trains model kind {model_kind!r}; known kinds: {', '.join(known)}")
+
+
+__all__ = ["TASKS", "Task", "make_task"]

@@ -1,0 +1,107 @@
+"""Image classification on CIFAR100 (Lion Cub, Section 7, Fig. 11 and 13; Appendix D.2: ResNet-18 and DeiT).
+
+Each rank sees a disjoint shard of every epoch (a `DistributedSampler` with an explicit rank and world size, so it
+needs no process group; `drop_last` keeps every rank at the same number of steps). Evaluation is top-1 accuracy and
+mean cross entropy over the whole test set, split across ranks without padding (rank r takes images r, r+W, ...)
+and summed over ranks, so every image counts exactly once. A step consumes batch_size * world_size images.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Subset
+from torch.utils.data.distributed import DistributedSampler
+
+from src.data import CIFAR100Folder, eval_transform, train_transform
+from src.engine.errors import SetupError
+from src.engine.tasks.base import Task, positive_int, sum_over_ranks
+
+
+class VisionTask(Task):
+    name = "vision"
+    unit = "samples"
+    model_kinds = ("resnet18_cifar", "deit")
+    data_kinds = ("cifar100",)
+
+    def check_model(self, model: torch.nn.Module) -> None:
+        """Run a 2-image batch of the data's shape through (a meta copy of) the model and check its classes."""
+        d = self.cfg.data
+        img, classes = positive_int(d.img_size, "data.img_size"), positive_int(d.num_classes, "data.num_classes")
+        positive_int(d.batch_size, "data.batch_size")
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                out = model(torch.zeros(2, 3, img, img, device=next(model.parameters()).device))
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            raise SetupError(f"model {self.cfg.model.kind} ({self.cfg.model.params}) cannot take {img}x{img} images "
+                             f"(data.img_size={img}): {exc}") from exc
+        finally:
+            model.train(was_training)
+        if out.shape[-1] != classes:
+            raise SetupError(f"model {self.cfg.model.kind} outputs {out.shape[-1]} classes but data.num_classes="
+                             f"{classes}; set model.params.num_classes={classes}")
+
+    def open_data(self, model: torch.nn.Module) -> None:
+        d, ctx = self.cfg.data, self.ctx
+        self.train_set = CIFAR100Folder(d.root, train=True, transform=train_transform(d.img_size))
+        self.test_set = CIFAR100Folder(d.root, train=False, transform=eval_transform(d.img_size))
+        found = getattr(self.train_set, "num_classes", d.num_classes)
+        if found > d.num_classes:
+            raise SetupError(f"{d.root} holds {found} classes but data.num_classes={d.num_classes} (the model's "
+                             f"output size); set data.num_classes={found}")
+        need = d.batch_size * ctx.world_size
+        if len(self.train_set) < need:
+            raise SetupError(f"{d.root}: {len(self.train_set)} training images cannot fill one step of "
+                             f"data.batch_size={d.batch_size} x world size {ctx.world_size} = {need}; lower "
+                             "data.batch_size or use fewer processes")
+        self.sampler = DistributedSampler(self.train_set, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
+                                          seed=int(self.cfg.seed), drop_last=True)
+        self.loader = DataLoader(self.train_set, batch_size=d.batch_size, sampler=self.sampler, drop_last=True,
+                                 num_workers=d.num_workers, pin_memory=ctx.device.type == "cuda",
+                                 persistent_workers=d.num_workers > 0)
+        self.epoch, self._it = 0, None
+
+    def units_per_step(self) -> int:
+        return self.cfg.data.batch_size * self.ctx.world_size
+
+    def steps_per_epoch(self) -> int:
+        return len(self.loader)
+
+    def next_batch(self):
+        while True:
+            if self._it is None:
+                self.sampler.set_epoch(self.epoch)
+                self._it = iter(self.loader)
+            try:
+                x, y = next(self._it)
+                break
+            except StopIteration:
+                self.epoch, self._it = self.epoch + 1, None
+        dev = self.ctx.device
+        return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+
+    def loss(self, model: torch.nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(model(x), y)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        was_training = model.training
+        model.eval()
+        ctx, d = self.ctx, self.cfg.data
+        shard = Subset(self.test_set, range(ctx.rank, len(self.test_set), ctx.world_size))
+        loader = DataLoader(shard, batch_size=d.eval_batch_size, num_workers=d.num_workers)
+        sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)  # correct, loss sum, count
+        for x, y in loader:
+            x, y = x.to(ctx.device), y.to(ctx.device)
+            logits = model(x)
+            sums += torch.stack([(logits.argmax(-1) == y).sum().double(),
+                                 F.cross_entropy(logits.float(), y, reduction="sum").double(),
+                                 torch.tensor(float(len(y)), dtype=torch.float64, device=ctx.device)])
+        correct, loss, count = sum_over_ranks(sums).tolist()
+        model.train(was_training)
+        return {"val/acc": correct / count, "val/loss": loss / count}
+
+    def data_state(self) -> dict:
+        return {"epoch": self.epoch}

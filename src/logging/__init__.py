@@ -1,0 +1,1 @@
+"""Run outputs of lioncub: run folder, metrics.jsonl, W&B, provenance (what Section 7's figures are drawn from)."""

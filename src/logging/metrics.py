@@ -1,0 +1,39 @@
+"""`metrics.jsonl`: one JSON object per line, written by rank 0 (Lion Cub, Section 7 curves and Table A.1 timing).
+
+Each training step appends one row (see `src.engine.loop` for the keys); evaluation results join the row of the
+step they follow, and the evaluation before training is a row of its own at step 0. Rows are flushed as they are
+written, so a crashed or running job can be plotted.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _clean(value):
+    """JSON has no NaN/inf: write them as null (a diverged loss stays visible as a gap)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsWriter:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def log(self, row: dict) -> None:
+        self._file.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(path: str | Path) -> Iterator[dict]:
+    with Path(path).open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)

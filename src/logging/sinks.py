@@ -1,0 +1,47 @@
+"""Where a step's metrics go: metrics.jsonl always, W&B with `logger=wandb` (rank 0 only; others log nothing).
+
+`logger=local` and `logger=none` both mean local files only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.engine.errors import SetupError
+from src.logging.metrics import MetricsWriter
+
+LOGGERS = ("local", "none", "wandb")
+METRICS_FILE = "metrics.jsonl"
+
+
+def check_logger(cfg: DictConfig) -> None:
+    name = cfg.logger.get("name")
+    if name not in LOGGERS:
+        raise SetupError(f"logger.name={name!r} is not one of {', '.join(LOGGERS)} (conf/logger/)")
+    if name == "wandb" and cfg.logger.get("mode", "offline") not in ("offline", "online", "disabled"):
+        raise SetupError(f"logger.mode={cfg.logger.mode!r} is not one of offline, online, disabled")
+
+
+class Sinks:
+    """Fan a row out to every sink of this rank."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path | None, is_main: bool, run_name: str):
+        self.metrics = MetricsWriter(run_dir / METRICS_FILE) if is_main else None
+        self.wandb = None
+        if is_main and cfg.logger.name == "wandb":
+            from src.logging.wandb_logger import WandbLogger
+
+            self.wandb = WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_name)
+
+    def log(self, row: dict) -> None:
+        if self.metrics:
+            self.metrics.log(row)
+        if self.wandb:
+            self.wandb.log(row)
+
+    def close(self, summary: dict) -> None:
+        if self.metrics:
+            self.metrics.close()
+        if self.wandb:
+            self.wandb.finish(summary)

@@ -1,0 +1,45 @@
+"""Weights & Biases logging (`logger=wandb`), rank 0 only (Lion Cub, Section 7 curves, Table A.1 timing).
+
+Offline by default (`logger.mode=offline`: the run is written under `<run dir>/wandb/` and uploaded later with
+`wandb sync`); `logger.mode=online` logs live. The W&B run id is stored in `<run dir>/wandb_id`; starting a logger on
+a run folder that already holds one continues the same W&B run (`resume="allow"`), which is what a resumed training
+run does. Each step logs the same row as `metrics.jsonl`, with `step` as the W&B step.
+"""
+from __future__ import annotations
+
+import secrets
+import string
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+ID_FILE = "wandb_id"
+MODES = ("offline", "online", "disabled")
+
+
+class WandbLogger:
+    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str):
+        import wandb
+
+        mode = logger_cfg.get("mode", "offline")
+        if mode not in MODES:
+            raise ValueError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+        id_file = Path(run_dir) / ID_FILE
+        if id_file.is_file():
+            run_id = id_file.read_text().strip()
+        else:
+            run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+            id_file.write_text(run_id + "\n")
+        tags = logger_cfg.get("tags") or []
+        tags = OmegaConf.to_container(tags, resolve=True) if OmegaConf.is_config(tags) else list(tags)
+        self.run = wandb.init(project=logger_cfg.get("project", "lioncub"), entity=logger_cfg.get("entity"),
+                              group=logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
+                              mode=mode, dir=str(run_dir), config=config)
+        self.run.define_metric("step")
+
+    def log(self, row: dict) -> None:
+        self.run.log({k: v for k, v in row.items() if v is not None}, step=int(row["step"]))
+
+    def finish(self, summary: dict) -> None:
+        self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+        self.run.finish()
