@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from src.comm.workspace import Workspace
 from src.utils.timing import PhaseTimer
 
 VOTES = ("majority", "average")
@@ -41,6 +42,15 @@ def tie_value(step: int, zeros: str) -> int:
             raise ValueError(f"steps count from 1 for the alternating tie rule, got step={step}")
         return 1 if step % 2 == 1 else -1
     raise ValueError(f"tie rule {zeros!r} does not resolve zeros; choose one of alternate, plus, minus")
+
+
+def votes_into(update: torch.Tensor, step: int, zeros: str, out: torch.Tensor) -> torch.Tensor:
+    """1-bit votes (True = +1) of sign(update) with zeros resolved by the tie rule, written into a bool `out`.
+
+    sign(x) with a zero turned into +1 is x >= 0, and into -1 is x > 0: one comparison, no quantizer pass.
+    """
+    compare = torch.ge if tie_value(step, zeros) > 0 else torch.gt
+    return compare(update, 0, out=out)
 
 
 def resolve_zeros_(codes: torch.Tensor, step: int, zeros: str) -> torch.Tensor:
@@ -88,6 +98,7 @@ class Reducer:
         self.segments = None if segments is None else [int(s) for s in segments]
         self.check_finite = check_finite
         self.timer = timer if timer is not None else PhaseTimer()
+        self.workspace = Workspace()
 
     def global_rank(self, group_rank: int) -> int:
         """The global rank of `group_rank` in this reducer's group (for point-to-point and rooted collectives)."""
@@ -96,7 +107,10 @@ class Reducer:
         return dist.get_global_rank(self.group, group_rank)
 
     def reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
-        """Aggregate this rank's flat update vector at `step` (counted from 1); same result on every rank."""
+        """Aggregate this rank's flat update vector at `step` (counted from 1); same result on every rank.
+
+        The result lives in the reducer's workspace: it stays valid until the next `reduce` call (clone it to keep).
+        """
         if not self.live:
             raise RuntimeError(f"{self.name}: this reducer was built without a process group (planning only)")
         if update.dim() != 1 or not update.is_floating_point():
@@ -104,7 +118,7 @@ class Reducer:
                              f"dtype {update.dtype}")
         if self.segments is not None and sum(self.segments) != update.numel():
             raise ValueError(f"{self.name}: segments cover {sum(self.segments)} elements, update has {update.numel()}")
-        if self.check_finite:
+        if self.check_finite and not torch.isfinite(update.sum()):  # one pass; NaN/Inf anywhere make the sum so
             bad = (~torch.isfinite(update)).sum().item()
             if bad:
                 raise NonFiniteUpdateError(

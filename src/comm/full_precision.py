@@ -34,11 +34,12 @@ class FullPrecisionReducer(Reducer):
 
     def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
         with self.timer.phase("quantize"):
-            buf = update.to(self.dtype, copy=True)
+            buf = self.workspace.get("buffer", update.numel(), self.dtype, update.device).copy_(update)
         with self.timer.phase("communicate"):
             dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=self.group)
         with self.timer.phase("quantize"):
-            return torch.sign(buf).to(torch.float32)
+            direction = self.workspace.get("direction", update.numel(), torch.float32, update.device)
+            return direction.copy_(buf).sign_()
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)

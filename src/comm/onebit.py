@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import Reducer, check_choice, resolve_zeros_, tie_value
+from src.comm.base import Reducer, check_choice, tie_value, votes_into
 from src.comm.packing import pack, unpack
 from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
 
@@ -50,10 +50,11 @@ class OneBitReducer(Reducer):
         return -(-numel // multiple) * multiple
 
     def _local_votes(self, update: torch.Tensor, step: int, padded: int) -> torch.Tensor:
-        votes = torch.zeros(padded, dtype=torch.uint8, device=update.device)
-        codes = resolve_zeros_(torch.sign(update).to(torch.int8), step, self.zeros)
-        votes[: update.numel()] = codes > 0
-        return pack(votes, 1)
+        """This rank's packed 1-bit votes over the padded vector (the padding votes -1 and is discarded)."""
+        votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
+        votes_into(update, step, self.zeros, votes[: update.numel()])
+        packed = self.workspace.get("packed", padded // 8, torch.uint8, update.device)
+        return pack(votes.view(torch.uint8), 1, out=packed)
 
     def _chunk_majority(self, received: torch.Tensor, step: int, chunk_numel: int) -> torch.Tensor:
         """Votes of all ranks for this rank's chunk -> packed 1-bit majority."""
@@ -68,17 +69,18 @@ class OneBitReducer(Reducer):
         chunk_numel = padded // self.world_size
         with self.timer.phase("quantize"):
             packed = self._local_votes(update, step, padded)
-            received = torch.empty_like(packed)
+            received = self.workspace.get("received", padded // 8, torch.uint8, update.device)
         with self.timer.phase("communicate"):
             dist.all_to_all_single(received, packed, group=self.group)
         with self.timer.phase("quantize"):
             mine = self._chunk_majority(received, step, chunk_numel)
-            gathered = torch.empty(padded // 8, dtype=torch.uint8, device=update.device)
+            gathered = self.workspace.get("gathered", padded // 8, torch.uint8, update.device)
         with self.timer.phase("communicate"):
             _all_gather_flat(gathered, mine, group=self.group)
         with self.timer.phase("quantize"):
-            bits = unpack(gathered, 1, numel)
-            return bits.to(torch.float32).mul_(2.0).sub_(1.0)
+            direction = self.workspace.get("direction", numel, torch.float32, update.device)
+            torch.mul(unpack(gathered, 1, numel), 2, out=direction)
+            return direction.sub_(1)
 
     def wire_bytes(self, numel: int) -> int:
         packed = self.padded_numel(numel) // 8

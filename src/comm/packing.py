@@ -29,39 +29,45 @@ def packed_numel(numel: int, bits: int) -> int:
     return -(-numel // per_byte)
 
 
-def pack(values: torch.Tensor, bits: int) -> torch.Tensor:
-    """Pack a flat uint8 tensor whose entries are < 2**bits into bytes (zero-padded to whole bytes)."""
+def pack(values: torch.Tensor, bits: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Pack a flat uint8 tensor whose entries are < 2**bits into bytes (zero-padded to whole bytes).
+
+    With `out` (a uint8 buffer of `packed_numel(values.numel(), bits)` bytes) the result is written there.
+    """
     check_bits(bits)
     if values.dtype != torch.uint8:
         raise TypeError(f"pack expects uint8 values, got {values.dtype}")
     values = values.reshape(-1)
     if bits == 8:
-        return values.clone()
+        return values.clone() if out is None else out.copy_(values)
     per_byte = 8 // bits
     pad = (-values.numel()) % per_byte
     if pad:
         values = torch.cat([values, values.new_zeros(pad)])
     if bits == 1 and values.device.type == "cpu":
-        return torch.from_numpy(np.packbits(values.numpy().astype(bool, copy=False), bitorder="little"))
-    return _pack_torch(values, bits)
+        packed = torch.from_numpy(np.packbits(values.numpy().astype(bool, copy=False), bitorder="little"))
+        return packed if out is None else out.copy_(packed)
+    return _pack_torch(values, bits, out)
 
 
-def _pack_torch(values: torch.Tensor, bits: int) -> torch.Tensor:
+def _pack_torch(values: torch.Tensor, bits: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """The device-generic path: view `8 // bits` values as one little-endian word and fold the fields together
     with shifts and masks (a few contiguous passes, no strided column access)."""
     if values.storage_offset() % 8:
         values = values.clone()
     if bits == 4:
         w = values.view(torch.int16)
-        return (w >> 4).bitwise_and_(0xF0).bitwise_or_(w & 0xF).to(torch.uint8)
-    if bits == 2:
+        w = (w >> 4).bitwise_and_(0xF0).bitwise_or_(w & 0xF)
+    elif bits == 2:
         w = values.view(torch.int32)
         w = (w >> 6).bitwise_or_(w).bitwise_and_(0x000F000F)
-        return (w >> 12).bitwise_or_(w).bitwise_and_(0xFF).to(torch.uint8)
-    w = values.view(torch.int64)
-    w = (w >> 7).bitwise_or_(w).bitwise_and_(0x0003000300030003)
-    w = (w >> 14).bitwise_or_(w).bitwise_and_(0x0000000F0000000F)
-    return (w >> 28).bitwise_or_(w).bitwise_and_(0xFF).to(torch.uint8)
+        w = (w >> 12).bitwise_or_(w).bitwise_and_(0xFF)
+    else:
+        w = values.view(torch.int64)
+        w = (w >> 7).bitwise_or_(w).bitwise_and_(0x0003000300030003)
+        w = (w >> 14).bitwise_or_(w).bitwise_and_(0x0000000F0000000F)
+        w = (w >> 28).bitwise_or_(w).bitwise_and_(0xFF)
+    return w.to(torch.uint8) if out is None else out.copy_(w)
 
 
 def unpack(packed: torch.Tensor, bits: int, numel: int) -> torch.Tensor:

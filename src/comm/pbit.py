@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import VOTES, ZERO_RULES, Reducer, check_choice, resolve_zeros_
+from src.comm.base import VOTES, ZERO_RULES, Reducer, check_choice, votes_into
 from src.comm.packing import check_bits, pack, packed_numel, unpack
 from src.comm.wire import ring_allreduce_bytes
 from src.quant import check_method, quantize
@@ -82,24 +82,34 @@ class PBitReducer(Reducer):
         return self._generator
 
     def encode(self, update: torch.Tensor, step: int) -> torch.Tensor:
-        """Quantize, shift to non-negative levels and pack: the bytes this rank contributes."""
+        """Quantize, shift to non-negative levels and pack: the bytes this rank contributes (a workspace buffer)."""
+        numel, per_byte = update.numel(), 8 // self.bits
+        padded = -(-numel // per_byte) * per_byte
+        packed = self.workspace.get("packed", padded // per_byte, torch.uint8, update.device)
+        if self.votes:
+            votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
+            votes_into(update, step, self.zeros, votes[:numel])
+            return pack(votes.view(torch.uint8), self.bits, out=packed)
         codes = quantize(update, self.quant, self.levels, generator=self.generator(update.device),
                          segments=self.segments)
-        if self.votes:
-            resolve_zeros_(codes, step, self.zeros)
-            shifted = (codes > 0).to(torch.uint8)
-        else:
-            shifted = (codes.to(torch.int16) + self.levels).to(torch.uint8)
-        return pack(shifted, self.bits)
+        shifted = self.workspace.get("shifted", padded, torch.uint8, update.device, zero=True)
+        # codes are int8 (2L <= 255); reinterpreting their two's-complement bits as uint8 and adding L modulo 256
+        # gives code + L exactly, since it lies in [0, 2L]
+        shifted[:numel].copy_(codes.view(torch.uint8)).add_(self.levels)
+        return pack(shifted, self.bits, out=packed)
 
     def decode(self, summed: torch.Tensor, numel: int) -> torch.Tensor:
-        """From packed field-wise sums to the aggregated direction (float32)."""
-        total = unpack(summed, self.bits, numel).to(torch.int16)
-        signed = 2 * total - self.world_size if self.votes else total - self.world_size * self.levels
+        """From packed field-wise sums to the aggregated direction (float32, a workspace buffer)."""
+        total = unpack(summed, self.bits, numel)
+        direction = self.workspace.get("direction", numel, torch.float32, summed.device)
+        # votes: S = 2T - world_size, computed as 2 * (T - world_size / 2); levels: S = T - world_size * L (exact)
+        # (a float offset makes torch compute in float32: an int offset would wrap around in uint8)
+        torch.sub(total, self.world_size / 2 if self.votes else float(self.world_size * self.levels), out=direction)
+        if self.votes:
+            direction.mul_(2)
         if self.vote == "majority":
-            return torch.sign(signed).to(torch.float32)
-        levels = 1 if self.votes else self.levels
-        return signed.to(torch.float32) / float(self.world_size * levels)
+            return direction.sign_()
+        return direction.div_(float(self.world_size * (1 if self.votes else self.levels)))
 
     # --- the collective -----------------------------------------------------------------------------------------
     def sum_packed(self, packed: torch.Tensor) -> torch.Tensor:
@@ -118,7 +128,10 @@ class PBitReducer(Reducer):
         return ring_allreduce_bytes(packed_numel(numel, self.bits), self.world_size)
 
     def state_dict(self) -> dict:
-        return {} if self._generator is None else {"generator": self._generator.get_state()}
+        if self._generator is None:  # not used since load_state_dict: keep the loaded stream
+            pending = self._pending_generator_state
+            return {} if pending is None else {"generator": pending.clone()}
+        return {"generator": self._generator.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         if "generator" in state:

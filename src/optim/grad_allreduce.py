@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.wire import ring_allreduce_bytes
+from src.comm.workspace import Workspace
 from src.optim.lion import Lion, evaluate_closure
 
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -33,6 +34,8 @@ class GradAllreduceLion(Lion):
         self.group, self.comm_dtype = group, COMM_DTYPES[comm_dtype]
         self.world_size = dist.get_world_size(group)
         self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        self._sizes = [p.numel() for p in self._params]
+        self._workspace = Workspace()
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.comm_dtype.itemsize, self.world_size)
@@ -43,13 +46,13 @@ class GradAllreduceLion(Lion):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
         with self.timer.phase("quantize"):
-            flat = torch.cat([p.grad.reshape(-1).to(self.comm_dtype) for p in self._params])
+            flat = self._workspace.get("grads", sum(self._sizes), self.comm_dtype, self._params[0].device)
+            torch._foreach_copy_(list(flat.split(self._sizes)), [p.grad.reshape(-1) for p in self._params])
         with self.timer.phase("communicate"):
             dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         with self.timer.phase("quantize"):
-            averaged = flat.float().div_(self.world_size)
-            for p, chunk in zip(self._params, averaged.split([p.numel() for p in self._params])):
-                p.grad.copy_(chunk.view_as(p))
+            for p, chunk in zip(self._params, flat.split(self._sizes)):
+                p.grad.copy_(chunk.view_as(p)).div_(self.world_size)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -8,8 +8,9 @@ Per tensor, with learning rate `lr`, decoupled weight decay `weight_decay` and `
     m <- beta2 * m + (1 - beta2) * g
 
 The functional core `lion_update_` works on lists of tensors with `torch._foreach_*` (one kernel per op for the
-whole list on CUDA). Distributed variants (`LionCub`, `GradAllreduceLion`) reuse `lion_update_vector_` and
-`lion_momentum_` so that all optimizers apply literally the same per-tensor math.
+whole list on CUDA). `GradAllreduceLion` steps with this core on the averaged gradient; `LionCub` computes the
+same update vector with the same ops into one flat buffer and reuses `apply_direction_` and `lion_momentum_`, so all
+optimizers apply literally the same per-tensor math.
 
 Deliberate differences from the paper: none in the update. The Lion Cub paper writes the momentum with a minus sign
 (`m <- beta2 m - (1 - beta2) g`, `theta <- theta + eta sign(...)`); that is the same rule with m negated.

@@ -25,8 +25,8 @@ import torch.distributed as dist
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
-from src.optim.lion import (apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_,
-                             lion_update_vector_)
+from src.comm.workspace import Workspace
+from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_
 from src.optim.momentum_sync import MomentumSync
 from src.utils.timing import PhaseTimer
 
@@ -51,6 +51,7 @@ class LionCub(Optimizer):
             raise ValueError("LionCub: no trainable parameter (every parameter has requires_grad=False)")
         self._sizes = [p.numel() for p in self._params]
         self.timer = PhaseTimer(device=self._params[0].device)
+        self._workspace = Workspace()
         self.reducer = self._build_reducer(reducer)
         self.world_size = self.reducer.world_size
         self.momentum_sync = MomentumSync.from_config(momentum_sync)
@@ -105,9 +106,7 @@ class LionCub(Optimizer):
         step = self.steps_done + 1
         with self.timer.phase("update"):
             lists = [self._group_lists(g) for g in self.param_groups]
-            updates = [u for (params, grads, exp_avgs), g in zip(lists, self.param_groups)
-                       for u in lion_update_vector_(exp_avgs, grads, g["betas"][0])]
-            flat = torch.cat([u.reshape(-1).float() for u in updates])
+            flat = self._update_vector(lists)
         direction = self.reducer.reduce(flat, step)
         with self.timer.phase("update"):
             chunks = iter(direction.split(self._sizes))
@@ -121,6 +120,18 @@ class LionCub(Optimizer):
             with self.timer.phase("communicate"):
                 self._sync_momentum()
         return loss
+
+    def _update_vector(self, lists: list[tuple[list, list, list]]) -> torch.Tensor:
+        """c = beta1 * m + (1 - beta1) * g of every parameter, written into one reused flat float32 buffer."""
+        flat = self._workspace.get("update", sum(self._sizes), torch.float32, self._params[0].device)
+        views = iter(flat.split(self._sizes))
+        for (params, grads, exp_avgs), g in zip(lists, self.param_groups):
+            beta1 = g["betas"][0]
+            targets = [next(views).view_as(p) for p in params]
+            torch._foreach_copy_(targets, exp_avgs)
+            torch._foreach_mul_(targets, beta1)
+            torch._foreach_add_(targets, grads, alpha=1.0 - beta1)
+        return flat
 
     def _sync_momentum(self) -> None:
         """Average the selected momenta across ranks with one allreduce."""
