@@ -93,3 +93,15 @@ def test_step_is_finite_checks_gradients_without_a_norm():
     p.grad = torch.tensor([0.0, float("inf"), 1.0])
     assert not step_is_finite(torch.tensor(1.0), None, [p])
     assert not step_is_finite(torch.tensor(1.0), torch.tensor(float("nan")))
+
+
+def test_pbit_state_survives_a_save_before_its_first_use():
+    """A checkpoint written right after a resume (e.g. a non-finite stop) keeps the stochastic-rounding stream."""
+    from src.comm.pbit import PBitReducer
+
+    a = PBitReducer(world_size=1, rank=0, quant="l1", levels=15, bits=8)
+    state = {"generator": a.generator(torch.device("cpu")).get_state()}
+    torch.rand(5, generator=a.generator(torch.device("cpu")))
+    b = PBitReducer(world_size=1, rank=0, quant="l1", levels=15, bits=8)
+    b.load_state_dict(state)
+    assert torch.equal(b.state_dict()["generator"], state["generator"])

@@ -150,8 +150,21 @@ def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str
                                 device_id=device_id)
     else:
         dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout,
-                                device_id=device_id)
+                                device_id=device_id, store=_attempt_store(ctx, timeout))
     return applied
+
+
+def _attempt_store(ctx: DistContext, timeout: timedelta):
+    """Under torchrun, the launcher's store with a per-attempt prefix (None elsewhere: plain env:// rendezvous).
+
+    torchrun keeps its store across `--max-restarts` restarts, so without a prefix a restarted rank may read the
+    address a rank of the failed attempt published and fail with "connection refused" (seen with gloo).
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return None
+    store, _, _ = next(dist.rendezvous("env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout))
+    return dist.PrefixStore(f"lioncub/attempt_{attempt}", store)
 
 
 def shutdown() -> None:

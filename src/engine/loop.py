@@ -8,6 +8,12 @@ ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wal
 evaluations included), the `time/*` breakdown of Table A.1 and `mem/peak_bytes`. Evaluation metrics (`val/*`,
 averaged over ranks) join the row of the step they follow; the evaluation before training is a row at step 0.
 
+Reliability (`src.reliability.hooks.StepHooks`, issue: Reliability): faults may be injected at the start of a step
+and after backward; after clipping, every rank votes on whether the loss and gradients are finite (before the
+optimizer quantizes or communicates), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or
+stops the run; after the row is logged, the replica guard and checkpoints run. A resumed run starts from the
+checkpoint's `Progress` (steps done, skipped steps, training and wall time), without the evaluation at step 0.
+
 Deliberate difference: the training loss is rank 0's, not averaged over ranks, so logging adds no collective to
 the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
 the optimizer communicates; for Lion (32/16bit) the paper does not say whether clipping precedes the allreduce.
@@ -28,6 +34,7 @@ from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, timing_row
 from src.engine.tasks.base import Task
 from src.logging.sinks import Sinks
+from src.reliability.hooks import StepHooks
 from src.utils.timing import PhaseTimer
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -50,8 +57,9 @@ class LoopResult:
     peak_memory_bytes: int = 0
 
 
-def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float) -> dict:
-    """One optimizer step; returns the metrics of that step (loss, grad norm, timing)."""
+def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
+               hooks: StepHooks) -> dict:
+    """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step."""
     start = time.perf_counter()
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -61,9 +69,12 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
         loss = task.loss(model, batch)
     with timer.phase("backward"):
         loss.backward()
+    hooks.after_backward()
     with timer.phase("clip"):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
-    optimizer.step()
+        finite = hooks.step_ok(loss, norm)
+    if finite:
+        optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     total = time.perf_counter() - start
     row = {"loss": loss.item(), "lr": lr, "grad_norm": None if norm is None else norm.item()}
@@ -80,29 +91,36 @@ def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
 
 
 def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg: DictConfig, ctx: DistContext,
-          total_steps: int) -> LoopResult:
+          total_steps: int, hooks: StepHooks) -> LoopResult:
+    """Train from `hooks.progress` (step 0, or a resumed checkpoint's) to `total_steps`."""
     timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
     clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
-    per_step = task.units_per_step()
-    bar = tqdm(total=total_steps, disable=not (ctx.is_main and cfg.train.progress), unit="step", dynamic_ncols=True)
-    result, start = LoopResult(), time.perf_counter()
+    per_step, progress = task.units_per_step(), hooks.progress
+    bar = tqdm(total=total_steps, initial=progress.step, disable=not (ctx.is_main and cfg.train.progress),
+               unit="step", dynamic_ncols=True)
+    result = LoopResult(steps=progress.step, train_time=progress.train_time)
+    start = time.perf_counter() - progress.wall_time
     model.train()
-    if cfg.train.eval_at_start:
+    if cfg.train.eval_at_start and progress.step == 0:
         result.last_eval = _evaluate(task, model, amp, 0, ctx.is_main)
         sinks.log({"step": 0, unit: 0, "train_time": 0.0, "wall_time": time.perf_counter() - start,
                    **result.last_eval})
-    for step in range(1, total_steps + 1):
+    for step in range(progress.step + 1, total_steps + 1):
+        hooks.begin(step)
         row = {"step": step}
-        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1)))
+        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks))
         result.train_time += row["time/total"]
         result.peak_memory_bytes = memory.peak()
-        row.update({unit: step * per_step, "train_time": result.train_time, "mem/peak_bytes": result.peak_memory_bytes})
+        row.update({unit: step * per_step, "train_time": result.train_time, "mem/peak_bytes": result.peak_memory_bytes,
+                    "skipped_steps": progress.skipped_steps})
         if step == total_steps or (every and step % every == 0):
             result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
             row.update(result.last_eval)
         row["wall_time"] = time.perf_counter() - start
         sinks.log(row)
         result.steps, result.last_loss = step, row["loss"]
+        progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
+        hooks.end(step)
         bar.update(1)
         bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", refresh=False)
     bar.close()

@@ -140,15 +140,27 @@ class CheckpointManager:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def newest_valid(self) -> Checkpoint | None:
+        """The newest checkpoint under `root` that verifies, seen from this process alone (not collective)."""
+        for folder in reversed(self._candidates()):
+            found = self.verify(folder)
+            if found is not None:
+                return found
+        return None
+
+    def discard_after(self, step: int) -> list[Path]:
+        """Delete the step folders newer than `step` (rank 0; used when a run is rewound to an older checkpoint)."""
+        newer = [c for c in self._candidates() if int(_STEP_DIR.match(c.name).group(1)) > step]
+        for folder in newer:
+            shutil.rmtree(folder, ignore_errors=True)
+        return newer
+
     def latest(self) -> Checkpoint | None:
         """The newest checkpoint that verifies, as chosen by rank 0 (collective when a group is up)."""
         choice = None
         if self.rank == 0:
-            for folder in reversed(self._candidates()):
-                found = self.verify(folder)
-                if found is not None:
-                    choice = str(found.path)
-                    break
+            found = self.newest_valid()
+            choice = None if found is None else str(found.path)
         if _distributed():
             box = [choice]
             dist.broadcast_object_list(box, src=0)

@@ -5,6 +5,7 @@ A task is built from the composed config and this rank's `DistContext`. The loop
 `build_model(device)` (also on the meta device for checks), `check_model(model)`, `open_data(model)` (raises
 `src.data.errors.DataError` or `SetupError` before training), then `next_batch()` / `loss(model, batch)` per step
 and `evaluate(model)` (a dict of metrics already averaged over ranks) every `train.eval_every` steps.
+Checkpoints save `data_state()` and a resumed run calls `load_data_state(state)` before its first step.
 """
 from __future__ import annotations
 
@@ -74,7 +75,11 @@ class Task(ABC):
         """Evaluation metrics, already combined over all ranks (every rank must call it)."""
 
     def data_state(self) -> dict:
+        """This rank's position in its training data (saved in checkpoints)."""
         return {}
+
+    def load_data_state(self, state: dict) -> None:
+        """Continue from a position saved by `data_state()` (after `open_data`)."""
 
 
 def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:

@@ -67,3 +67,6 @@ class GPTTask(Task):
 
     def data_state(self) -> dict:
         return {"train": self.train.state_dict()}
+
+    def load_data_state(self, state: dict) -> None:
+        self.train.load_state_dict(state["train"])

@@ -4,17 +4,41 @@ Each rank sees a disjoint shard of every epoch (a `DistributedSampler` with an e
 needs no process group; `drop_last` keeps every rank at the same number of steps). Evaluation is top-1 accuracy and
 mean cross entropy over the whole test set, split across ranks without padding (rank r takes images r, r+W, ...)
 and summed over ranks, so every image counts exactly once. A step consumes batch_size * world_size images.
+
+The data position (epoch and batches drawn in it) is saved in checkpoints; a resumed run skips the epoch's first
+batches by index (`_ResumableSampler`, no image is loaded for them). Resume is bitwise with `data.num_workers=0`
+(augmentations draw from the restored global RNG); with workers the order of images is exact but the workers'
+augmentation seeds come from a new base seed, so augmentations differ from the interrupted run (documented in
+docs/reliability.md).
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Sampler, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from src.data import CIFAR100Folder, eval_transform, train_transform
 from src.engine.errors import SetupError
 from src.engine.tasks.base import Task, positive_int, sum_over_ranks
+
+
+class _ResumableSampler(Sampler):
+    """A DistributedSampler's indices for the current epoch, from position `start` on."""
+
+    def __init__(self, base: DistributedSampler):
+        self.base, self.start = base, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.base.set_epoch(epoch)
+
+    def __iter__(self):
+        return itertools.islice(iter(self.base), self.start, None)
+
+    def __len__(self) -> int:
+        return len(self.base) - self.start
 
 
 class VisionTask(Task):
@@ -55,18 +79,19 @@ class VisionTask(Task):
             raise SetupError(f"{d.root}: {len(self.train_set)} training images cannot fill one step of "
                              f"data.batch_size={d.batch_size} x world size {ctx.world_size} = {need}; lower "
                              "data.batch_size or use fewer processes")
-        self.sampler = DistributedSampler(self.train_set, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
-                                          seed=int(self.cfg.seed), drop_last=True)
+        self.sampler = _ResumableSampler(DistributedSampler(self.train_set, num_replicas=ctx.world_size,
+                                                            rank=ctx.rank, shuffle=True, seed=int(self.cfg.seed),
+                                                            drop_last=True))
         self.loader = DataLoader(self.train_set, batch_size=d.batch_size, sampler=self.sampler, drop_last=True,
                                  num_workers=d.num_workers, pin_memory=ctx.device.type == "cuda",
                                  persistent_workers=d.num_workers > 0)
-        self.epoch, self._it = 0, None
+        self.epoch, self.batch, self._it = 0, 0, None
 
     def units_per_step(self) -> int:
         return self.cfg.data.batch_size * self.ctx.world_size
 
     def steps_per_epoch(self) -> int:
-        return len(self.loader)
+        return len(self.sampler.base) // self.cfg.data.batch_size
 
     def next_batch(self):
         while True:
@@ -75,9 +100,10 @@ class VisionTask(Task):
                 self._it = iter(self.loader)
             try:
                 x, y = next(self._it)
+                self.batch += 1
                 break
             except StopIteration:
-                self.epoch, self._it = self.epoch + 1, None
+                self.epoch, self.batch, self._it, self.sampler.start = self.epoch + 1, 0, None, 0
         dev = self.ctx.device
         return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
@@ -104,4 +130,13 @@ class VisionTask(Task):
         return {"val/acc": correct / count, "val/loss": loss / count}
 
     def data_state(self) -> dict:
-        return {"epoch": self.epoch}
+        return {"epoch": self.epoch, "batch": self.batch}
+
+    def load_data_state(self, state: dict) -> None:
+        """Continue at batch `batch` of epoch `epoch`; the iterator is built now, before the RNGs are restored,
+        exactly as the interrupted run built it at the start of the epoch (it draws a seed from the global RNG)."""
+        self.epoch, self.batch, self._it = int(state["epoch"]), int(state["batch"]), None
+        if self.batch > 0:
+            self.sampler.start = self.batch * self.cfg.data.batch_size
+            self.sampler.set_epoch(self.epoch)
+            self._it = iter(self.loader)

@@ -1,0 +1,106 @@
+"""The reliability hooks of the training loop (issue: Reliability): checkpoints, replica guard, non-finite steps.
+
+`src.engine.loop` calls, per step: `begin(step)` before the batch (fault injection: SIGKILL; with policy `stop`
+the pre-step RNG and data position are kept, so the "last good state" can be saved exactly), `after_backward()`
+(fault injection: NaN gradient), `step_ok(loss, grad_norm)` after clipping and before `optimizer.step()`, and
+`end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the replica guard every
+`guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps and at the end).
+
+Non-finite policy (`nonfinite.policy`): every rank votes with `all_ranks_finite` (one single-element MIN allreduce,
+timed as part of the `clip` phase), so no rank enters the optimizer's quantizer or collective with a NaN and all
+ranks take the same decision. `skip`: the step's gradients are dropped on every rank (no optimizer step; the
+momentum and parameters keep their values; the schedule still advances, as the step is counted in
+`skipped_steps`). `stop`: the state before this step is checkpointed as step-1 and `NonFiniteStepError` names the
+step and the ranks that saw the non-finite value.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from src.dist.setup import DistContext, gather_objects
+from src.engine.errors import SetupError
+from src.optim.momentum_sync import named_parameters_with_aliases
+from src.reliability import train_state
+from src.reliability.checkpoint import CheckpointManager
+from src.reliability.faults import Faults
+from src.reliability.guard import check_replicas
+from src.reliability.nonfinite import (
+    POLICIES,
+    NonFiniteStepError,
+    all_ranks_finite,
+    step_is_finite,
+)
+from src.reliability.rng import capture_rng_state
+from src.reliability.train_state import CHECKPOINT_DIR, Progress
+
+
+def _non_negative(value, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SetupError(f"{key}={value!r} must be an integer >= 0 (0: off)")
+    return value
+
+
+def check_reliability_config(cfg: DictConfig, world_size: int) -> None:
+    """The reliability keys are valid (called before training)."""
+    _non_negative(cfg.checkpoint.every, "checkpoint.every")
+    _non_negative(cfg.guard.every, "guard.every")
+    keep = cfg.checkpoint.keep
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise SetupError(f"checkpoint.keep={keep!r} must be a positive integer (how many checkpoints to keep)")
+    if cfg.nonfinite.policy not in POLICIES:
+        raise SetupError(f"nonfinite.policy={cfg.nonfinite.policy!r} is not one of {', '.join(POLICIES)}")
+    Faults.from_config(cfg.get("fault"), 0, world_size)
+
+
+class StepHooks:
+    def __init__(self, cfg: DictConfig, ctx: DistContext, run_dir: Path, model, optimizer, task, meta: dict,
+                 total_steps: int, progress: Progress | None = None):
+        self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
+        self.total_steps, self.progress = total_steps, progress or Progress()
+        self.faults = Faults.from_config(cfg.get("fault"), ctx.rank, ctx.world_size)
+        self.policy, self.guard_every = cfg.nonfinite.policy, int(cfg.guard.every)
+        self.checkpoint_every = int(cfg.checkpoint.every)
+        self.manager = CheckpointManager(run_dir / CHECKPOINT_DIR, ctx.rank, ctx.world_size, int(cfg.checkpoint.keep))
+        self.named = named_parameters_with_aliases(model)
+        self.params = [p for _, p in self.named]
+        self.step, self._before = 0, None
+
+    def begin(self, step: int) -> None:
+        self.step = step
+        self.faults.maybe_kill(step)
+        if self.policy == "stop":
+            self._before = (capture_rng_state(), self.task.data_state())
+
+    def after_backward(self) -> None:
+        self.faults.maybe_nan(self.step, self.params)
+
+    def step_ok(self, loss, grad_norm) -> bool:
+        """True when every rank's loss and gradients are finite; otherwise skip (False) or stop (raises)."""
+        local = step_is_finite(loss, grad_norm, self.params)
+        if all_ranks_finite(local):
+            return True
+        bad = [r for r, ok in enumerate(gather_objects(bool(local))) if not ok]
+        if self.policy == "skip":
+            self.progress.skipped_steps += 1
+            if self.ctx.is_main:
+                print(f"lioncub: step {self.step}: non-finite loss or gradient on rank(s) {bad}; step skipped on all "
+                      f"ranks ({self.progress.skipped_steps} skipped so far)", flush=True)
+            return False
+        rng, data = self._before
+        path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data)
+        raise NonFiniteStepError(f"non-finite loss or gradient at step {self.step} on rank(s) {bad} "
+                                 f"(nonfinite.policy=stop). The last good state (after step {self.progress.step}) is "
+                                 f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
+                                 "nonfinite.policy=skip")
+
+    def end(self, step: int) -> None:
+        self.faults.maybe_perturb(step, self.params)
+        saving = step == self.total_steps or (self.checkpoint_every and step % self.checkpoint_every == 0)
+        if self.guard_every and (saving or step % self.guard_every == 0):
+            check_replicas(self.named, step)
+        if saving:
+            path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta)
+            if self.ctx.is_main:
+                print(f"lioncub: checkpoint {path}", flush=True)

@@ -1,0 +1,112 @@
+"""Which checkpoint a run resumes from, checked before training (issue: Reliability, `resume=`).
+
+`resume=false` starts fresh. `resume=true` continues the run in `run.dir` from its newest valid checkpoint (an
+error when it has none). `resume=auto` does the same when `run.dir` holds a valid checkpoint and otherwise starts
+fresh; it is meant for `torchrun --max-restarts=N`, whose restarted workers (TORCHELASTIC_RESTART_COUNT > 0) may
+then also start fresh in the folder the failed attempt left behind. `resume=PATH` names a checkpoint folder
+(`<run>/checkpoints/step_XXXXXXXX`) or a run folder; the run continues in that run folder, and checkpoints newer
+than an explicitly chosen older one are discarded with the metrics rows after it.
+
+Before anything starts, the checkpoint must verify (manifest and checksums; a checkpoint cut short is skipped for
+the previous one), have been written by the same number of ranks (each rank's momentum is its own), and match
+the model's parameter shapes and the variant; otherwise a SetupError says what differs and what to do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from src.engine.errors import SetupError
+from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
+from src.reliability.faults import restart_count
+from src.reliability.train_state import CHECKPOINT_DIR, model_shapes
+
+MODES = "false, true, auto or a checkpoint/run folder"
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    run_dir: Path
+    checkpoint: Checkpoint
+    explicit: bool  # chosen by path (newer checkpoints are discarded)
+
+
+def resume_mode(cfg: DictConfig) -> str:
+    value = cfg.get("resume", False)
+    if value in (False, None) or str(value).lower() in ("false", "no", "0", "null"):
+        return "false"
+    if value is True or str(value).lower() in ("true", "yes"):
+        return "true"
+    return "auto" if str(value).lower() == "auto" else "path"
+
+
+def reuses_run_dir(cfg: DictConfig) -> bool:
+    """May a fresh start write into a non-empty run.dir? Only in a restarted attempt of a `resume=auto` job."""
+    return resume_mode(cfg) == "auto" and restart_count() > 0
+
+
+def _run_dir_of(cfg: DictConfig, mode: str) -> Path:
+    if not cfg.run.get("dir"):
+        raise SetupError(f"resume={cfg.resume} continues the run in run.dir, but run.dir is not set; add "
+                         "run.dir=<the run folder> (or resume=<checkpoint or run folder>)")
+    return Path(cfg.run.dir)
+
+
+def _from_path(path: Path, manager_for) -> tuple[Path, Checkpoint | None, bool]:
+    if (path / "manifest.json").is_file() or path.parent.name == CHECKPOINT_DIR:
+        return path.parent.parent, manager_for(path.parent).open(path), True
+    if (path / CHECKPOINT_DIR).is_dir():
+        return path, manager_for(path / CHECKPOINT_DIR).newest_valid(), False
+    raise SetupError(f"resume={path}: not a checkpoint folder (no manifest.json) nor a run folder (no "
+                     f"{CHECKPOINT_DIR}/ inside); give <run>/{CHECKPOINT_DIR}/step_XXXXXXXX or <run>")
+
+
+def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoint | None:
+    """The checkpoint to resume from, or None for a fresh start; reads files only (no process group)."""
+    mode = resume_mode(cfg)
+    if mode == "false":
+        return None
+
+    def manager_for(root: Path) -> CheckpointManager:
+        return CheckpointManager(root, rank, world_size)
+
+    try:
+        if mode == "path":
+            run_dir, found, explicit = _from_path(Path(str(cfg.resume)), manager_for)
+        else:
+            run_dir, explicit = _run_dir_of(cfg, mode), False
+            found = manager_for(run_dir / CHECKPOINT_DIR).newest_valid()
+        if found is not None:
+            found = manager_for(found.path.parent).open(found.path)  # world size check
+    except CheckpointError as exc:
+        raise SetupError(f"resume={cfg.resume}: {exc}") from exc
+    if found is None and mode != "auto":
+        raise SetupError(f"resume={cfg.resume}: no valid checkpoint under {run_dir / CHECKPOINT_DIR} (none written, "
+                         "or all cut short); start a new run (resume=false) or use resume=auto")
+    if run_dir and cfg.run.get("dir") and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
+        raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
+                         "run.dir unset or give the same folder")
+    return None if found is None else ResumePoint(Path(run_dir), found, explicit)
+
+
+def check_compatible(point: ResumePoint, cfg: DictConfig, meta_model: torch.nn.Module, total_steps: int) -> None:
+    """The checkpoint fits this configuration: same parameter shapes, same variant, step within train.steps."""
+    meta, where = point.checkpoint.manifest.get("meta", {}), point.checkpoint.path
+    saved, now = meta.get("model_shapes", {}), model_shapes(meta_model)
+    for name in sorted(set(saved) | set(now)):
+        if saved.get(name) != now.get(name):
+            raise SetupError(f"checkpoint {where} does not fit this model: parameter {name!r} has shape "
+                             f"{saved.get(name)} there but {now.get(name)} with model={cfg.model.get('params')}; "
+                             f"resume with the model settings of {point.run_dir / 'config.yaml'}")
+    variant = OmegaConf.to_container(cfg.variant, resolve=True)
+    if meta.get("variant") != variant:
+        raise SetupError(f"checkpoint {where} was written with variant {meta.get('variant')} but this run has "
+                         f"{variant}; its optimizer state (momentum, reducer) belongs to that variant: resume with it")
+    if point.checkpoint.step > total_steps:
+        raise SetupError(f"checkpoint {where} is at step {point.checkpoint.step}, beyond train.steps={total_steps}")
+    if meta.get("total_steps") not in (None, total_steps):
+        print(f"lioncub: note: the checkpoint's run had train.steps={meta['total_steps']}, this one {total_steps}: "
+              "the LR schedule differs from the interrupted run's", flush=True)

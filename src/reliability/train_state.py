@@ -1,0 +1,69 @@
+"""What a checkpoint of a training run holds, and how a rank puts it back (issue: Reliability, exact resume).
+
+Lion Cub's Algorithm 1 keeps one momentum per rank, so every rank saves its own state: the optimizer's
+`state_dict()` (momentum `exp_avg` and `step` per parameter, plus the reducer's state such as its
+stochastic-rounding generator), the RNG states of the process (`src.reliability.rng`), the task's data position
+(`Task.data_state()`) and the loop's `Progress` (steps done, i.e. the LR schedule position; skipped steps; training
+time). Rank 0 adds the model (identical on every rank) and the manifest metadata: the W&B run id, the world size,
+the variant and the parameter shapes, which `src.reliability.resume` checks before a resumed run starts.
+
+Restoring order matters for bitwise equality: model, optimizer and data position first, the RNG states last (a
+data loader may draw from the global generator when it is rebuilt).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from src.optim.momentum_sync import named_parameters_with_aliases
+from src.reliability.checkpoint import Checkpoint, CheckpointManager
+from src.reliability.rng import capture_rng_state, restore_rng_state
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+@dataclass
+class Progress:
+    """Where the loop stands after `step` optimizer steps (skipped steps included)."""
+
+    step: int = 0
+    skipped_steps: int = 0
+    train_time: float = 0.0
+    wall_time: float = 0.0
+
+
+def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
+    return {name: list(p.shape) for name, p in named_parameters_with_aliases(model)}
+
+
+def checkpoint_meta(model: torch.nn.Module, variant: dict, world_size: int, wandb_id: str | None,
+                    total_steps: int) -> dict:
+    """The run-level facts a resumed run is checked against (stored in the manifest)."""
+    return {"model_shapes": model_shapes(model), "variant": variant, "world_size": world_size,
+            "wandb_id": wandb_id, "total_steps": total_steps}
+
+
+def rank_state(optimizer, task, progress: Progress, rng: dict | None = None, data: dict | None = None) -> dict:
+    """This rank's part of a checkpoint; `rng`/`data` captured earlier may be passed (a stop's last good state)."""
+    return {"optimizer": optimizer.state_dict(), "rng": rng if rng is not None else capture_rng_state(),
+            "data": data if data is not None else task.data_state(), "progress": asdict(progress)}
+
+
+def save(manager: CheckpointManager, model, optimizer, task, progress: Progress, meta: dict,
+         rng: dict | None = None, data: dict | None = None) -> Path:
+    """Write the checkpoint of `progress.step` (collective)."""
+    model_state = model.state_dict() if manager.rank == 0 else None
+    meta = {**meta, "step": progress.step, "progress": asdict(progress)}
+    return manager.save(progress.step, rank_state(optimizer, task, progress, rng, data), model_state, meta)
+
+
+def restore(manager: CheckpointManager, checkpoint: Checkpoint, model, optimizer, task) -> Progress:
+    """Load `checkpoint` into this rank's model, optimizer, data position and RNGs; returns the loop's progress."""
+    model_state, mine = manager.load(checkpoint, map_location="cpu")  # RNG states must stay on the CPU
+    model.load_state_dict(model_state)
+    optimizer.load_state_dict(mine["optimizer"])
+    task.load_data_state(mine["data"])
+    restore_rng_state(mine["rng"])
+    return Progress(**mine["progress"])

@@ -1,0 +1,124 @@
+"""Resume and reliability settings are checked before training (issue: Reliability, items 2 and 6), in-process.
+
+A checkpoint folder is made with `CheckpointManager` directly (no training), then `preflight()` must refuse a run
+that cannot continue it: another world size, another model shape, another variant, no checkpoint at all; and
+`expect_world_size`, `metrics.jsonl` truncation and the fault keys behave.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from src.engine.errors import SetupError
+from src.engine.run import preflight
+from src.logging.metrics import truncate_after
+from src.reliability.checkpoint import CheckpointManager
+from src.reliability.train_state import checkpoint_meta
+
+REPO = Path(__file__).resolve().parents[1]
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS",
+                 "TORCHELASTIC_RESTART_COUNT")
+
+
+@pytest.fixture(autouse=True)
+def one_process(monkeypatch):
+    for key in TORCHRUN_VARS:
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture(scope="module")
+def demo_tokens(tmp_path_factory):
+    from src.data import prepare_demo_text
+
+    out = tmp_path_factory.mktemp("demo_text")
+    prepare_demo_text(out)
+    return out
+
+
+def cfg_with(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def fake_checkpoint(run_dir: Path, demo_tokens: Path, world_size: int = 1, step: int = 4) -> Path:
+    """A verified checkpoint of the default config (shapes and variant in its manifest), no training."""
+    cfg = cfg_with(f"data.dir={demo_tokens}")
+    from src.engine.tasks import make_task
+
+    model = make_task(cfg, preflight(cfg).ctx).build_model("meta")
+    meta = checkpoint_meta(model, OmegaConf.to_container(cfg.variant), world_size, None, 200)
+    mgr = CheckpointManager(run_dir / "checkpoints", 0, world_size)
+    return mgr.save(step, {"x": torch.zeros(1)}, model_state={"w": torch.zeros(1)}, meta=meta)
+
+
+def fails(*overrides: str) -> str:
+    with pytest.raises(SetupError) as err:
+        preflight(cfg_with(*overrides))
+    return str(err.value)
+
+
+def test_resume_finds_the_checkpoint_and_reuses_the_folder(demo_tokens, tmp_path):
+    folder = fake_checkpoint(tmp_path / "run", demo_tokens)
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true"))
+    assert plan.resume.checkpoint.path == folder and plan.run_dir == tmp_path / "run"
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"resume={folder}"))
+    assert plan.resume.explicit and plan.run_dir == tmp_path / "run"
+    assert "already exists" in fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}")  # not resuming
+
+
+def test_resume_refuses_another_world_size(demo_tokens, tmp_path):
+    fake_checkpoint(tmp_path / "run", demo_tokens, world_size=2)
+    msg = fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true")
+    assert "written by 2 ranks" in msg and "world_size=1" in msg
+
+
+def test_resume_refuses_another_model_shape_or_variant(demo_tokens, tmp_path):
+    fake_checkpoint(tmp_path / "run", demo_tokens)
+    msg = fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true", "model.params.n_embd=32")
+    assert "does not fit this model" in msg and "shape" in msg and "config.yaml" in msg
+    msg = fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true",
+                "variant=cub8")
+    assert "variant" in msg and "cub8" in msg
+
+
+def test_resume_without_a_checkpoint(demo_tokens, tmp_path):
+    (tmp_path / "run").mkdir()
+    msg = fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true")
+    assert "no valid checkpoint" in msg and "resume=auto" in msg
+    assert "run.dir is not set" in fails(f"data.dir={demo_tokens}", "resume=true")
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'new'}", "resume=auto"))
+    assert plan.resume is None  # nothing to resume: a fresh start
+
+
+def test_auto_restart_may_reuse_its_folder_without_a_checkpoint(demo_tokens, tmp_path, monkeypatch):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0}\n')
+    args = (f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=auto")
+    assert "already exists" in fails(*args)  # the first attempt must not take over an old folder
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert preflight(cfg_with(*args)).resume is None
+
+
+def test_expected_world_size(demo_tokens):
+    msg = fails(f"data.dir={demo_tokens}", "expect_world_size=8")
+    assert "expect_world_size=8" in msg and "world size 1" in msg and "--nproc_per_node=8" in msg
+    preflight(cfg_with(f"data.dir={demo_tokens}", "expect_world_size=1"))
+
+
+def test_bad_reliability_keys(demo_tokens):
+    assert "checkpoint.keep=0" in fails(f"data.dir={demo_tokens}", "checkpoint.keep=0")
+    assert "nonfinite.policy='ignore'" in fails(f"data.dir={demo_tokens}", "nonfinite.policy=ignore")
+    assert "fault.kill_rank=3" in fails(f"data.dir={demo_tokens}", "fault.kill_rank=3", "fault.kill_at_step=2")
+
+
+def test_truncate_after_drops_later_and_torn_rows(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(6)) + '{"step": 6, "lo')
+    assert truncate_after(path, 3) == 4
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3]
+    assert truncate_after(path, -1) == 0 and path.read_text() == ""
