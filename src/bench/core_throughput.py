@@ -3,7 +3,8 @@
     python -m src.bench.core_throughput [--numel 67108864] [--device cpu|cuda] [--repeats 5] [--csv out.csv]
 
 Rows:
-- `pack`/`unpack` at field widths 1, 2, 4, 8: GB/s of the uint8 values (one byte per value) in or out;
+- `pack`/`unpack` at field widths 1, 2, 4, 8: GB/s of the uint8 values (one byte per value) in or out, into
+  reused buffers as the reducers call them;
 - `quantize` per method: GB/s of the float32 input;
 - `encode+decode` per reducer setting: the whole local work of one step (quantize, shift, pack, then unpack and
   vote on a sum), GB/s of the float32 update, and milliseconds per 774M parameters (the Table A.1 model size);
@@ -21,6 +22,7 @@ import torch
 
 from src.comm import make_reducer
 from src.comm.packing import pack, unpack
+from src.comm.workspace import Workspace
 from src.quant import quantize
 
 GPT774M = 774_000_000
@@ -60,9 +62,12 @@ def kernel_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
 
     for bits in (1, 2, 4, 8):
         values = torch.randint(0, 1 << bits, (numel,), dtype=torch.uint8, device=device, generator=g)
-        packed = pack(values, bits)
-        row("pack", f"{bits}-bit", best_seconds(lambda: pack(values, bits), device, repeats), numel)
-        row("unpack", f"{bits}-bit", best_seconds(lambda: unpack(packed, bits, numel), device, repeats), numel)
+        ws, packed = Workspace(), pack(values, bits)
+        out = torch.empty_like(packed)
+        row("pack", f"{bits}-bit", best_seconds(lambda: pack(values, bits, out=out, workspace=ws), device, repeats),
+            numel)
+        row("unpack", f"{bits}-bit", best_seconds(lambda: unpack(packed, bits, numel, workspace=ws), device, repeats),
+            numel)
     for method, levels in (("sign", 1), ("l1", 15), ("linf", 7), ("linf_nozero", 7), ("log", 7)):
         fn = lambda: quantize(x, method, levels, generator=g, segments=segments)  # noqa: E731
         row("quantize", f"{method} L={levels}", best_seconds(fn, device, repeats), 4 * numel)

@@ -54,7 +54,7 @@ class OneBitReducer(Reducer):
         votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
         votes_into(update, step, self.zeros, votes[: update.numel()])
         packed = self.workspace.get("packed", padded // 8, torch.uint8, update.device)
-        return pack(votes.view(torch.uint8), 1, out=packed)
+        return pack(votes.view(torch.uint8), 1, out=packed, workspace=self.workspace)
 
     def _chunk_majority(self, received: torch.Tensor, step: int, chunk_numel: int) -> torch.Tensor:
         """Votes of all ranks for this rank's chunk -> packed 1-bit majority."""
@@ -79,7 +79,7 @@ class OneBitReducer(Reducer):
             _all_gather_flat(gathered, mine, group=self.group)
         with self.timer.phase("quantize"):
             direction = self.workspace.get("direction", numel, torch.float32, update.device)
-            torch.mul(unpack(gathered, 1, numel), 2, out=direction)
+            torch.mul(unpack(gathered, 1, numel, workspace=self.workspace), 2, out=direction)
             return direction.sub_(1)
 
     def wire_bytes(self, numel: int) -> int:

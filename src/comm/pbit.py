@@ -89,18 +89,18 @@ class PBitReducer(Reducer):
         if self.votes:
             votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
             votes_into(update, step, self.zeros, votes[:numel])
-            return pack(votes.view(torch.uint8), self.bits, out=packed)
+            return pack(votes.view(torch.uint8), self.bits, out=packed, workspace=self.workspace)
         codes = quantize(update, self.quant, self.levels, generator=self.generator(update.device),
                          segments=self.segments)
         shifted = self.workspace.get("shifted", padded, torch.uint8, update.device, zero=True)
         # codes are int8 (2L <= 255); reinterpreting their two's-complement bits as uint8 and adding L modulo 256
         # gives code + L exactly, since it lies in [0, 2L]
         shifted[:numel].copy_(codes.view(torch.uint8)).add_(self.levels)
-        return pack(shifted, self.bits, out=packed)
+        return pack(shifted, self.bits, out=packed, workspace=self.workspace)
 
     def decode(self, summed: torch.Tensor, numel: int) -> torch.Tensor:
         """From packed field-wise sums to the aggregated direction (float32, a workspace buffer)."""
-        total = unpack(summed, self.bits, numel)
+        total = unpack(summed, self.bits, numel, workspace=self.workspace)
         direction = self.workspace.get("direction", numel, torch.float32, summed.device)
         # votes: S = 2T - world_size, computed as 2 * (T - world_size / 2); levels: S = T - world_size * L (exact)
         # (a float offset makes torch compute in float32: an int offset would wrap around in uint8)
