@@ -1,0 +1,67 @@
+"""The Table A.1 / Fig. 10 analogue on this machine (Lion Cub, Appendix A.1, Section 7.1).
+
+    python -m experiments.table_a1 [--out results/table_a1] [--rates 1gbit none] [--steps 8] [-- extra overrides]
+
+Trains GPT-2++ (4 layers, 512 wide, 38.7M parameters: the largest that steps in a few seconds with 4 ranks on 2
+cores) for a few steps on the emulated 2-host x 2-rank cluster (`src.launch.emulate`, root needed) at each link
+rate, under Lion (32bit), Lion (16bit), Lion Cub 8-, 4- and 1-bit, then writes the per-phase table with the speedup
+over Lion (32bit) and the stacked bars of Fig. 10 (`analysis.fig10`). On a real cluster, run the same training
+overrides with torchrun/srun instead of the emulator and feed the run folders to `python -m analysis.fig10`.
+Deliberate difference: CPU ranks and a small model, so compute is far slower and the model far smaller than the
+paper's 350M-1558M on H100s; the communication share, not the absolute times, is what carries over.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis.fig10 import with_speedup, write
+
+VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1")
+MODEL = ["model=gpt_mini", "model.params.n_embd=512", "model.params.n_head=8"]
+
+
+def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -> list[str]:
+    return ["+exp=demo", *MODEL, f"variant={variant}", f"train.steps={steps}", "train.timing_skip=2",
+            "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1", "train.progress=false",
+            "checkpoint.every=0", f"run.dir={run_dir}", *extra]
+
+
+def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str]) -> Path:
+    run_dir = out / "runs" / f"{rate}-{variant}"
+    if (run_dir / "summary.json").exists():
+        print(f"[table_a1] {rate} {variant}: reusing {run_dir}", flush=True)
+        return run_dir
+    cmd = [sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", f"rate={rate}", "--",
+           *train_overrides(variant, steps, run_dir, extra)]
+    print(f"[table_a1] {rate} {variant}: {' '.join(cmd[1:])}", flush=True)
+    log = out / "logs" / f"{rate}-{variant}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise SystemExit(f"[table_a1] {rate} {variant} failed with exit code {code}; see {log}")
+    return run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="results/table_a1")
+    parser.add_argument("--rates", nargs="+", default=["1gbit", "none"])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    out = Path(args.out)
+    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in args.variants]
+    paths = write(with_speedup(run_dirs), out)
+    print((out / "table_a1.md").read_text())
+    print(f"[table_a1] wrote {', '.join(str(p) for p in paths.values())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
