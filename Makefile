@@ -9,7 +9,7 @@ CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, dat
 .PHONY: help install test test-all bench-core
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 install:  ## install what is missing (torch 2.14.1 from local disk, the rest from PyPI)
 	@$(PYTHON) -c "import $(CHECK_IMPORTS)" 2>/dev/null && $(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('whisper') is None)" \
@@ -24,3 +24,15 @@ test-all: install  ## run every test, slow ones included
 
 bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and wire bytes per reducer
 	$(PYTHON) -m src.bench.core_throughput
+
+.PHONY: demo
+demo: install  ## 2 CPU processes (torchrun, gloo): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; loss figures + timing table
+	OMP_NUM_THREADS=1 $(PYTHON) -m src.demo $(DEMO_ARGS)
+
+.PHONY: bench
+bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethernet cluster, 1 Gbit/s and unlimited (root)
+	$(PYTHON) -m src.bench.comm_suite --out results/bench/comm
+
+.PHONY: table-a1
+table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
+	$(PYTHON) -m experiments.table_a1 --out results/table_a1

@@ -1,0 +1,157 @@
+"""Summarise a communication-benchmark CSV: fit, ranking agreement, Lion 32-bit / Lion Cub ratios (Lion Cub,
+Section 3.1, Table 1, Fig. 2; Section 7, Table A.1).
+
+    python -m src.bench.comm_report results/bench/comm/comm.csv [--out-dir DIR] [--ratio-numel 100000000]
+
+Per rate in the CSV: alpha and beta of Table 1's model fitted to the collective times (`communicate_s`), Kendall's
+tau between the measured and the model's order of the algorithms at every size (collective and total time), and
+the table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` beside its bit-ratio limit.
+Writes summary.md and fit.json beside the CSV (or in --out-dir), draws Fig. 2 with analysis/fig2_comm.py, and
+prints the ratio tables. `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the
+benchmark's wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from src.bench.comm_model import FIT_CASES, Fit, fit, fit_network, predict, ranking_agreement, ratio_table
+
+TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path} holds no benchmark rows")
+    return rows
+
+
+def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row["rate"], []).append(row)
+    return out
+
+
+def ratio_lines(rate: str, table: list[dict], numel: int) -> list[str]:
+    lines = [f"Lion 32-bit (fp32 gradient allreduce) / variant, {numel:,} elements, rate {rate} (comm: collective "
+             "alone; timer: per-rank communicate timer, waiting for late ranks included; total: whole call):",
+             f"  {'variant':<12} {'comm ratio':>10} {'limit':>7} {'of limit':>9} {'target':>7} {'timer ratio':>12} "
+             f"{'total ratio':>12}"]
+    for r in table:
+        target = f"{r['target']:.0%}" if r["target"] is not None else "-"
+        mark = "" if r["met"] is None else ("  met" if r["met"] else "  MISSED")
+        lines.append(f"  {r['case']:<12} {r['comm_ratio']:>10.2f} {r['limit']:>7.2f} {r['fraction']:>9.0%} "
+                     f"{target:>7} {r['timer_ratio']:>12.2f} {r['total_ratio']:>12.2f}{mark}")
+    return lines
+
+
+def points_table(rows: list[dict]) -> list[str]:
+    lines = ["| case | elements | total ms | collective ms | quantize ms | skew ms | wire MiB | link MiB | "
+             "ideal ms | efficiency (total / collective) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    order = {c: i for i, c in enumerate(TABLE_CASES)}
+    for r in sorted(rows, key=lambda r: (int(r["numel"]), order.get(r["case"], 99))):
+        ideal = f"{float(r['ideal_s']) * 1e3:.1f}" if r["ideal_s"] else "-"
+        eff = f"{float(r['efficiency']):.2f} / {float(r['comm_efficiency']):.2f}" if r["efficiency"] else "-"
+        link = f"{float(r['link_bytes']) / 2**20:.1f}" if r["link_bytes"] else "-"
+        lines.append(f"| {r['case']} | {int(r['numel']):,} | {float(r['total_s']) * 1e3:.1f} | "
+                     f"{float(r['communicate_s']) * 1e3:.1f} | {float(r['quantize_s']) * 1e3:.1f} | "
+                     f"{float(r['skew_s']) * 1e3:.1f} | {int(r['wire_bytes']) / 2**20:.1f} | {link} | {ideal} | "
+                     f"{eff} |")
+    return lines
+
+
+def ranking_lines(rows: list[dict], fitted: Fit) -> list[str]:
+    lines = ["| elements | tau (collective) | tau (total) | pairs the model orders the other way (collective) | "
+             "measured order (collective, fastest first) |", "|---:|---:|---:|---|---|"]
+    total = {a["numel"]: a for a in ranking_agreement(rows, fitted, time_key="total_s")}
+    for a in ranking_agreement(rows, fitted):
+        pairs = ", ".join(f"{x}/{y}" for x, y in a["discordant"]) or "none"
+        lines.append(f"| {a['numel']:,} | {a['tau']:.2f} | {total[a['numel']]['tau']:.2f} | {pairs} | "
+                     f"{' < '.join(a['measured_order'])} |")
+    return lines
+
+
+def model_lines(rows: list[dict], fitted: Fit, numel: int) -> list[str]:
+    """Measured collective time beside the fitted model's at `numel`: where Table 1 describes gloo's algorithm."""
+    lines = ["| case | measured ms | model ms | model / measured |", "|---|---:|---:|---:|"]
+    order = {c: i for i, c in enumerate(TABLE_CASES)}
+    for r in sorted((r for r in rows if int(r["numel"]) == numel), key=lambda r: order.get(r["case"], 99)):
+        measured, model = float(r["communicate_s"]), predict(r, fitted)
+        lines.append(f"| {r['case']} | {measured * 1e3:.1f} | {model * 1e3:.1f} | {model / measured:.2f} |")
+    return lines
+
+
+def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dict, list[str]]:
+    """(markdown lines, fit per rate as a dict, ratio-table lines to print)."""
+    md, fits, printed = ["# Communication benchmark (Lion Cub Section 3.1, Table 1, Fig. 2)", ""], {}, []
+    for rate, group in by_rate(rows).items():
+        fitted, everything = fit_network(group), fit(group)
+        fits[rate] = dict(alpha_s=fitted.alpha, beta_s_per_bit=fitted.beta, bandwidth_bps=fitted.bandwidth_bps,
+                          rel_rms=fitted.rel_rms, points=fitted.points, cases=list(FIT_CASES),
+                          all_cases=dict(alpha_s=everything.alpha, beta_s_per_bit=everything.beta,
+                                         bandwidth_bps=everything.bandwidth_bps, rel_rms=everything.rel_rms,
+                                         points=everything.points))
+        first = group[0]
+        numel = ratio_numel or max(int(r["numel"]) for r in group)
+        md += [f"## rate {rate}: {first['nodes']} hosts x {first['nproc_per_node']} ranks", "",
+               f"Fitted (relative least squares) on the collective times of the {fitted.points} points of the cases "
+               f"whose gloo algorithm is Table 1's ({', '.join(FIT_CASES)}): {_fit_text(fitted)}. This fit is used "
+               "below and in the figures.", "",
+               f"Fitted on all {everything.points} points, parameter servers included: {_fit_text(everything)} "
+               "(gloo's parameter-server algorithms are not Table 1's; see the model-vs-measured table)."]
+        md += ["", *points_table(group), "", "### Ranking: measured vs model", "",
+               *ranking_lines(group, fitted), "", f"### Model vs measured at {numel:,} elements",
+               "", *model_lines(group, fitted, numel), ""]
+        if any(int(r["numel"]) == numel for r in group):
+            lines = ratio_lines(rate, ratio_table(group, numel, targets=rate != "none"), numel)
+            printed += lines + [""]
+            md += ["### Lion 32-bit / Lion Cub", "", "```", *lines, "```", ""]
+    return md, fits, printed
+
+
+def _fit_text(f: Fit) -> str:
+    return (f"alpha = {f.alpha * 1e3:.3f} ms, beta = {f.beta:.3e} s/bit (1/beta = {f.bandwidth_bps / 1e9:.3f} "
+            f"Gbit/s), relative RMS residual {f.rel_rms:.0%}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("--out-dir", type=Path, default=None)
+    parser.add_argument("--ratio-numel", type=int, default=100_000_000,
+                        help="element count of the ratio table (default 100M; the largest size when absent)")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        rows = read_rows(args.csv)
+        out = args.out_dir or args.csv.parent
+        out.mkdir(parents=True, exist_ok=True)
+        present = {int(r["numel"]) for r in rows}
+        md, fits, printed = summarise(rows, args.ratio_numel if args.ratio_numel in present else None)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"comm_report: error: {exc}", file=sys.stderr)
+        return 2
+    wall = args.csv.parent / "walltime.json"
+    if wall.exists():
+        times = json.loads(wall.read_text())
+        md += ["## Wall time", "", *(f"- {k}: {v:.0f} s" for k, v in times.items()), ""]
+    if not args.no_plot:
+        from analysis.fig2_comm import plot
+
+        for path in plot(rows, out):
+            md += [f"![{path.stem}]({path.name})", ""]
+    (out / "summary.md").write_text("\n".join(md))
+    (out / "fit.json").write_text(json.dumps(fits, indent=2))
+    print("\n".join(printed))
+    print(f"comm_report: wrote {out / 'summary.md'} and {out / 'fit.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
