@@ -17,6 +17,16 @@ class _Runner:
 
 
 @pytest.fixture(scope="session")
+def demo_tokens(tmp_path_factory):
+    """The embedded demo corpus, prepared once per session by the real prepare step."""
+    from src.data import prepare_demo_text
+
+    out = tmp_path_factory.mktemp("demo_text")
+    prepare_demo_text(out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def dist():
     """`dist(world_size, fn, *args)` -> list of per-rank return values of fn run on real gloo ranks."""
     yield _Runner()

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from harness_util import cfg_with, one_process  # noqa: F401 (fixture)
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from src.engine.errors import SetupError
@@ -20,29 +20,7 @@ from src.logging.metrics import truncate_after
 from src.reliability.checkpoint import CheckpointManager
 from src.reliability.train_state import checkpoint_meta
 
-REPO = Path(__file__).resolve().parents[1]
-TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS",
-                 "TORCHELASTIC_RESTART_COUNT")
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    for key in TORCHRUN_VARS:
-        monkeypatch.delenv(key, raising=False)
-
-
-@pytest.fixture(scope="module")
-def demo_tokens(tmp_path_factory):
-    from src.data import prepare_demo_text
-
-    out = tmp_path_factory.mktemp("demo_text")
-    prepare_demo_text(out)
-    return out
-
-
-def cfg_with(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+pytestmark = pytest.mark.usefixtures("one_process")
 
 
 def fake_checkpoint(run_dir: Path, demo_tokens: Path, world_size: int = 1, step: int = 4) -> Path:

@@ -8,37 +8,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from harness_util import REPO, TORCHRUN_VARS, cfg_with, one_process  # noqa: F401 (fixture)
 
 from src.data.errors import DataError
 from src.engine.errors import SetupError
 from src.engine.run import preflight
 
-REPO = Path(__file__).resolve().parents[1]
-TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS")
-
-
-@pytest.fixture(autouse=True)
-def one_process(monkeypatch):
-    for key in TORCHRUN_VARS:
-        monkeypatch.delenv(key, raising=False)
-
-
-@pytest.fixture(scope="session")
-def demo_tokens(tmp_path_factory):
-    from src.data import prepare_demo_text
-
-    out = tmp_path_factory.mktemp("demo_text")
-    prepare_demo_text(out)
-    return out
-
-
-def cfg_with(*overrides: str):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return compose(config_name="config", overrides=list(overrides))
+pytestmark = pytest.mark.usefixtures("one_process")
 
 
 def fails(exc_type, *overrides: str) -> str:

@@ -1,0 +1,24 @@
+"""Helpers shared by the harness tests: compose the real Hydra config, and run as one plain process."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+REPO = Path(__file__).resolve().parents[1]
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS",
+                 "TORCHELASTIC_RESTART_COUNT")
+
+
+def cfg_with(*overrides: str):
+    """conf/config.yaml composed with `overrides`, exactly as `python -m src.train` would."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture
+def one_process(monkeypatch):
+    """No launcher variables: the test runs as a plain `python -m src.train` would."""
+    for key in TORCHRUN_VARS:
+        monkeypatch.delenv(key, raising=False)
