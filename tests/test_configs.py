@@ -35,15 +35,6 @@ def ctx_for(world_size: int) -> DistContext:
 
 
 @pytest.fixture(scope="session")
-def demo_tokens(tmp_path_factory):
-    from src.data import prepare_demo_text
-
-    out = tmp_path_factory.mktemp("demo_text")
-    prepare_demo_text(out)
-    return out
-
-
-@pytest.fixture(scope="session")
 def synthetic_cifar(tmp_path_factory):
     from src.data import make_synthetic_cifar
 

@@ -22,15 +22,6 @@ STEPS = 30
 TIMING_KEYS = ("time/forward", "time/backward", "time/quantize", "time/communicate", "time/update", "time/total")
 
 
-@pytest.fixture(scope="session")
-def demo_tokens(tmp_path_factory):
-    from src.data import prepare_demo_text
-
-    out = tmp_path_factory.mktemp("demo_text")
-    prepare_demo_text(out)
-    return out
-
-
 def torchrun(args: list[str], nproc: int = 2, timeout: int = 240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "src.train", *args]

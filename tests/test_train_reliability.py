@@ -30,15 +30,6 @@ VARIANTS = {"lion32": ["variant=lion32"],
 _REFERENCES: dict[str, Path] = {}
 
 
-@pytest.fixture(scope="session")
-def demo_tokens(tmp_path_factory):
-    from src.data import prepare_demo_text
-
-    out = tmp_path_factory.mktemp("demo_text")
-    prepare_demo_text(out)
-    return out
-
-
 def torchrun(args: list[str], *launcher: str, timeout: int = 180) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *launcher,
            "-m", "src.train", *args]

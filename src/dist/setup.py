@@ -23,6 +23,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from src.comm.device import collective_device
 from src.engine.errors import SetupError
 
 
@@ -177,7 +178,7 @@ def broadcast_object(obj: Any) -> Any:
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, device=collective_device())
     return box[0]
 
 

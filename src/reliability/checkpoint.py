@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from src.comm.device import collective_device
+
 FORMAT = 1
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
@@ -163,7 +165,7 @@ class CheckpointManager:
             choice = None if found is None else str(found.path)
         if _distributed():
             box = [choice]
-            dist.broadcast_object_list(box, src=0)
+            dist.broadcast_object_list(box, src=0, device=collective_device())
             choice = box[0]
         return None if choice is None else self.open(Path(choice))
 

@@ -5,7 +5,8 @@ that returned different results on different ranks, a non-deterministic kernel, 
 loading the wrong file). `check_replicas` computes one exact checksum per parameter (the int64 sum of the raw bit
 patterns: integer addition is associative, so it does not depend on reduction order and any single changed element
 changes it), gathers them from every rank with one collective, and raises `ReplicaDivergenceError` naming the first
-diverging parameter, the step and the ranks that disagree with rank 0.
+diverging parameter, the step and the ranks that disagree with rank 0. The checksums travel on the process group's
+device (`src.comm.device`): the GPU under NCCL, which has no CPU path.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Sequence
 
 import torch
 import torch.distributed as dist
+
+from src.comm.device import on_collective_device
 
 _INT_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
@@ -31,10 +34,10 @@ def check_replicas(named_params: Sequence[tuple[str, torch.Tensor]], step: int, 
     """Raise ReplicaDivergenceError unless every rank's parameters are bitwise equal (collective)."""
     if not dist.is_initialized() or dist.get_world_size(group) == 1:
         return
-    local = bit_checksums([p for _, p in named_params]).cpu()
+    local = on_collective_device(bit_checksums([p for _, p in named_params]), group)  # NCCL: stays on the GPU
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, local, group=group)
-    table = torch.stack(gathered)  # (world_size, num_params)
+    table = torch.stack(gathered).cpu()  # (world_size, num_params); one host copy, only when the guard runs
     differs = (table != table[0]).any(dim=0)
     if differs.any():
         first = int(differs.nonzero()[0])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from src.comm.device import on_collective_device
+
 POLICIES = ("skip", "stop")
 
 
@@ -37,7 +39,6 @@ def all_ranks_finite(local: torch.Tensor, group=None) -> bool:
     """True when the step is finite on every rank (one single-element allreduce when a group is up)."""
     flag = local.detach().to(torch.int32).reshape(1)
     if dist.is_initialized() and dist.get_world_size(group) > 1:
-        if dist.get_backend(group) == "gloo":
-            flag = flag.cpu()
+        flag = on_collective_device(flag, group)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
     return bool(flag.item())
