@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from src.data.errors import DataError
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.run import execute, preflight
 from src.reliability.guard import ReplicaDivergenceError
 from src.reliability.nonfinite import NonFiniteStepError

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 from src.dist import setup
-from src.engine.errors import SetupError
+from src.errors import SetupError
 
 LOCAL = {"name": "local", "backend": "gloo", "loopback": True, "env": {}}
 ETHERNET = {"name": "ethernet", "backend": "auto", "loopback": False, "env": {"NCCL_IB_DISABLE": "1"}}

@@ -14,9 +14,9 @@ from harness_util import cfg_with, one_process  # noqa: F401 (fixture)
 import torch
 from omegaconf import OmegaConf
 
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.run import preflight
-from src.logging.metrics import truncate_after
+from src.runlog.metrics import truncate_after
 from src.reliability.checkpoint import CheckpointManager
 from src.reliability.train_state import checkpoint_meta
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from src.logging.wandb_offline import find_run_file, read_config, read_history
+from src.runlog.wandb_offline import find_run_file, read_config, read_history
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 30

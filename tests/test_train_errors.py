@@ -13,7 +13,7 @@ import pytest
 from harness_util import REPO, TORCHRUN_VARS, cfg_with, one_process  # noqa: F401 (fixture)
 
 from src.data.errors import DataError
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.run import preflight
 
 pytestmark = pytest.mark.usefixtures("one_process")

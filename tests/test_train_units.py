@@ -11,10 +11,10 @@ import torch
 from analysis.report import make_report
 from analysis.runs import load_run
 from analysis.timing_table import COLUMNS, timing_summary, to_markdown
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, timing_row
-from src.logging.metrics import MetricsWriter, read_metrics
+from src.runlog.metrics import MetricsWriter, read_metrics
 
 
 def test_cosine_schedule_with_warmup():
@@ -105,8 +105,8 @@ def test_report_writes_figures_and_tables(tmp_path):
 def test_wandb_logger_reuses_the_run_id_of_a_run_folder(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
-    from src.logging.wandb_logger import WandbLogger
-    from src.logging.wandb_offline import read_history
+    from src.runlog.wandb_logger import WandbLogger
+    from src.runlog.wandb_offline import read_history
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     cfg = OmegaConf.create({"name": "wandb", "mode": "offline", "project": "t"})

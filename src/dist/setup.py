@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
-from src.engine.errors import SetupError
+from src.errors import SetupError
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from src.dist.setup import DistContext
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, timing_row
 from src.engine.tasks.base import Task
-from src.logging.sinks import Sinks
+from src.runlog.sinks import Sinks
 from src.reliability.hooks import StepHooks
 from src.utils.timing import PhaseTimer
 

@@ -31,15 +31,15 @@ from src.dist.setup import (
     shutdown,
 )
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.loop import PRECISIONS, LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.tasks import Task, make_task
-from src.logging.metrics import truncate_after
-from src.logging.provenance import collect, rank_info
-from src.logging.run_dir import create_run_dir, default_name, plan_run_dir
-from src.logging.sinks import Sinks, check_logger
-from src.logging.wandb_logger import ID_FILE
+from src.runlog.metrics import truncate_after
+from src.runlog.provenance import collect, rank_info
+from src.runlog.run_dir import create_run_dir, default_name, plan_run_dir
+from src.runlog.sinks import Sinks, check_logger
+from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
 from src.optim.factory import build_optimizer, validate_variant
 from src.reliability import train_state

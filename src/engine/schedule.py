@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from src.engine.errors import SetupError
+from src.errors import SetupError
 
 SCHEDULES = ("cosine", "constant")
 

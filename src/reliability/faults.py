@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
-from src.engine.errors import SetupError
+from src.errors import SetupError
 
 KEYS = ("kill_rank", "kill_at_step", "perturb_rank", "perturb_at_step", "nan_rank", "nan_at_step")
 

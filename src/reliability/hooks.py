@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from src.dist.setup import DistContext, gather_objects
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager

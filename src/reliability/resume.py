@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from src.reliability.faults import restart_count
 from src.reliability.train_state import CHECKPOINT_DIR, model_shapes

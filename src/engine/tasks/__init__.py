@@ -4,7 +4,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from src.dist.setup import DistContext
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.tasks.base import Task
 from src.engine.tasks.gpt import GPTTask
 from src.engine.tasks.vision import VisionTask

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from src.dist.setup import DistContext
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.models import build_model
 
 

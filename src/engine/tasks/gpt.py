@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from src.data import TokenWindows
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.tasks.base import Task, positive_int, sum_over_ranks
 
 

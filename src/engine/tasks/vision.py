@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Sampler, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from src.data import CIFAR100Folder, eval_transform, train_transform
-from src.engine.errors import SetupError
+from src.errors import SetupError
 from src.engine.tasks.base import Task, positive_int, sum_over_ranks
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from src.engine.errors import SetupError
+from src.errors import SetupError
 
 
 def default_name(cfg: DictConfig, choices: dict[str, str | None]) -> str:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.engine.errors import SetupError
-from src.logging.metrics import MetricsWriter
+from src.errors import SetupError
+from src.runlog.metrics import MetricsWriter
 
 LOGGERS = ("local", "none", "wandb")
 METRICS_FILE = "metrics.jsonl"
@@ -30,7 +30,7 @@ class Sinks:
         self.metrics = MetricsWriter(run_dir / METRICS_FILE) if is_main else None
         self.wandb = None
         if is_main and cfg.logger.name == "wandb":
-            from src.logging.wandb_logger import WandbLogger
+            from src.runlog.wandb_logger import WandbLogger
 
             self.wandb = WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_name)
 

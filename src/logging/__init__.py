@@ -1,1 +1,0 @@
-"""Run outputs of lioncub: run folder, metrics.jsonl, W&B, provenance (what Section 7's figures are drawn from)."""
