@@ -18,7 +18,10 @@ class Run:
 
     @property
     def label(self) -> str:
-        return str(self.config.get("variant", {}).get("name", self.path.name))
+        """How figures and tables name this run: `run.label` of its config (a sweep's label is made of the
+        overrides that differ between its runs), else the variant's name, else the folder's name."""
+        label = (self.config.get("run") or {}).get("label")
+        return str(label) if label else str(self.config.get("variant", {}).get("name", self.path.name))
 
     def train_rows(self) -> list[dict]:
         """Rows of optimizer steps (those with a training loss)."""
