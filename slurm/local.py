@@ -39,8 +39,8 @@ from src.launch.netns import (Cluster, EmulatorUnavailable, LinkSpec, NetnsError
 
 DEFAULT_DIR = Path("/tmp/lioncub-slurm")
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
-BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "munged": "munge", "mungekey": "munge",
-            "sbatch": "slurm-client", "nsenter": "util-linux", "unshare": "util-linux"}
+BINARIES = {"slurmctld": "slurmctld", "slurmd": "slurmd", "munged": "munge", "sbatch": "slurm-client",
+            "nsenter": "util-linux", "unshare": "util-linux"}
 
 
 class LocalSlurmUnavailable(RuntimeError):
@@ -135,8 +135,9 @@ class LocalSlurm:
 
     def _network(self) -> None:
         self.cluster = topo.reserve(LinkSpec(rate=self.rate))
-        holder = subprocess.Popen(["sleep", "infinity"], pass_fds=[self.cluster.lock_fd], start_new_session=True,
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1e9)", f"lock holder of {self.state}"],
+                                  pass_fds=[self.cluster.lock_fd], start_new_session=True, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pids["lock-holder"] = holder.pid
         topo.build(self.cluster, self.nodes)
         sw = self.cluster.switch_ns
@@ -218,7 +219,8 @@ class LocalSlurm:
         """The cluster recorded in `state`/state.json (for `down` and `status` from another process)."""
         record = json.loads((Path(state) / "state.json").read_text())
         slurm = cls(Path(state), nodes=record["nodes"], cpus=record["cpus"])
-        slurm.pids = {k: int(v) for k, v in record["pids"].items()}
+        # only processes that are still ours: a pid of a long-dead daemon may belong to someone else by now
+        slurm.pids = {k: int(v) for k, v in record["pids"].items() if _cmdline_mentions(int(v), str(slurm.state))}
         slurm.cluster = Cluster(run_id=record["run_id"], link=LinkSpec(rate=None),
                                 namespaces=list(record["namespaces"]))
         return slurm
@@ -256,6 +258,14 @@ def _exited(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return True
+
+
+def _cmdline_mentions(pid: int, text: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return text in f.read().decode(errors="replace")
+    except OSError:
+        return False
 
 
 def _stop(pids, grace_s: float = 10.0) -> None:

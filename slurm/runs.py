@@ -74,8 +74,13 @@ def sweep(overrides: list[str]) -> list[list[str]]:
 
 
 def _run_name(overrides: list[str], varying: set[str], fallback: str) -> str:
-    parts = [f"{o.split('=', 1)[0].lstrip('+~').split('.')[-1]}-{o.split('=', 1)[1]}" for o in overrides
-             if o.split("=", 1)[0] in varying]
+    """`seed-2_variant-cub4` from the overrides whose values vary (a preset by its name alone)."""
+    parts = []
+    for override in overrides:
+        key, value = override.split("=", 1)
+        if key in varying:
+            short = key.lstrip("+~").split(".")[-1]
+            parts.append(value if short == "exp" else f"{short}-{value}")
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(parts) or fallback)
 
 
@@ -84,8 +89,8 @@ def from_overrides(overrides: list[str]) -> RunSet:
     combos = sweep(overrides)
     keys = [[o.split("=", 1)[0] for o in combo] for combo in combos]
     varying = {k for i, k in enumerate(keys[0]) if len({combo[i] for combo in combos}) > 1}
-    exp = next((o.split("=", 1)[1] for o in combos[0] if o.split("=", 1)[0] in ("+exp", "exp")), None)
-    name = exp or "run"
+    exps = {o.split("=", 1)[1] for combo in combos for o in combo if o.split("=", 1)[0] in ("+exp", "exp")}
+    name = exps.pop() if len(exps) == 1 else "sweep" if exps else "run"
     runs = tuple(RunSpec(_run_name(c, varying, name), tuple(c)) for c in combos)
     return RunSet(name, runs, " ".join(overrides))
 

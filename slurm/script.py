@@ -83,7 +83,7 @@ def launch_command(job: JobSpec, profile: Profile) -> list[str]:
     """The srun + torchrun lines (each node: one torchrun, c10d rendezvous on the first node)."""
     grace = max(10, profile.signal_warning_s - 30)  # what the ranks get to checkpoint before torchrun kills them
     return [
-        "srun --ntasks-per-node=1 --kill-on-bad-exit=1 \\",
+        'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',  # 22.05+: not inherited
         f"  {_q(profile.python)} -m torch.distributed.run --nnodes=\"$SLURM_NNODES\" "
         f"--nproc_per_node={job.nproc_per_node} \\",
         '    --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$JOB" --max_restarts=0 \\',
