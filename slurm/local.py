@@ -135,7 +135,8 @@ class LocalSlurm:
 
     def _network(self) -> None:
         self.cluster = topo.reserve(LinkSpec(rate=self.rate))
-        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1e9)", f"lock holder of {self.state}"],
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1e9)",
+                                   f"lock holder of {self.state}"],
                                   pass_fds=[self.cluster.lock_fd], start_new_session=True, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.pids["lock-holder"] = holder.pid

@@ -106,7 +106,8 @@ def load_profile(name_or_path: str, overrides: dict[str, Any] | None = None) -> 
     try:
         parts = {str(n): Partition(**(spec or {})) for n, spec in (raw.pop("partitions", None) or {}).items()}
     except TypeError as exc:
-        raise SubmitError(f"profile {path}: partitions: {exc} (keys: gpus_per_node, cpus_per_node, max_nodes)") from None
+        raise SubmitError(f"profile {path}: partitions: {exc} (keys: gpus_per_node, cpus_per_node, "
+                          "max_nodes)") from None
     raw.setdefault("name", path.stem)
     raw["env"] = {str(k): str(v) for k, v in (raw.get("env") or {}).items()}
     for key in ("setup", "extra_sbatch"):

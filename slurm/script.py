@@ -83,7 +83,8 @@ def launch_command(job: JobSpec, profile: Profile) -> list[str]:
     """The srun + torchrun lines (each node: one torchrun, c10d rendezvous on the first node)."""
     grace = max(10, profile.signal_warning_s - 30)  # what the ranks get to checkpoint before torchrun kills them
     return [
-        'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',  # 22.05+: not inherited
+        # the step's CPUs: since Slurm 22.05 srun no longer inherits --cpus-per-task from the job
+        'srun --ntasks-per-node=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" --kill-on-bad-exit=1 \\',
         f"  {_q(profile.python)} -m torch.distributed.run --nnodes=\"$SLURM_NNODES\" "
         f"--nproc_per_node={job.nproc_per_node} \\",
         '    --rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv_id="$JOB" --max_restarts=0 \\',
@@ -134,7 +135,8 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              '  kill -"$1" "$srun_pid" 2>/dev/null',
              '}',
              "trap 'warned USR1' USR1",
-             "trap 'echo \"lioncub: SIGTERM from Slurm; passing it to the ranks\"; kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
+             "trap 'echo \"lioncub: SIGTERM from Slurm; passing it to the ranks\"; "
+             "kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
              *_move_aside_block(),
              'record start ", \\"nodes\\": \\"$SLURM_JOB_NODELIST\\", \\"run_dir\\": \\"$RUN_DIR\\""',
              'echo "lioncub: run $RUN, job $JOB (attempt $((RESTART + 1))) on $SLURM_JOB_NODELIST -> $RUN_DIR"',
@@ -147,7 +149,8 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              '    echo "lioncub: requeueing job $JOB; it resumes from the newest checkpoint in $RUN_DIR"',
              '    scontrol requeue "$SLURM_JOB_ID" && exit 0',
              '  else',
-             f'    echo "lioncub: not requeued: job $JOB was requeued {profile.max_requeues} times already (max_requeues)"',
+             f'    echo "lioncub: not requeued: job $JOB was requeued {profile.max_requeues} times already '
+             '(max_requeues)"',
              '  fi',
              'fi',
              'exit "$status"', ""]

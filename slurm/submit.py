@@ -90,7 +90,8 @@ def plan_job(run: RunSpec, args: argparse.Namespace, profile: Profile) -> tuple[
                           f"--nproc-per-node {part.max_procs()} or fewer, with more --nodes")
     if part.max_nodes is not None and nodes > part.max_nodes:
         raise SubmitError(f"run {run.name!r} asks for {nodes} nodes but partition {profile.partition} allows "
-                          f"{part.max_nodes} (profile {profile.name}); use --nodes {part.max_nodes} or another partition")
+                          f"{part.max_nodes} (profile {profile.name}); use --nodes {part.max_nodes} or another "
+                          "partition")
     config = check_config(run)
     world = nodes * nproc
     if config.expect_world_size is not None and config.expect_world_size != world:

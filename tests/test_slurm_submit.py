@@ -6,6 +6,7 @@ rendezvous on the first node, the network, the run folder per job, the warning s
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,18 @@ def test_profile_times_and_overrides():
     profile = load_profile("example", {"partition": "debug", "qos": "high", "account": None})
     assert (profile.partition, profile.qos, profile.account, profile.partition_spec().max_nodes) == ("debug", "high",
                                                                                                      None, 2)
+
+
+def test_readme_shows_the_current_dry_run(tmp_path):
+    """The README's script is what `--dry-run` prints today (paths and time stamp aside)."""
+    proc = submit("+exp=gpt774m_4bit", "checkpoint.every=500", "--profile", "example", "--dry-run",
+                  out=REPO / "runs" / "slurm")
+    assert proc.returncode == 0, proc.stderr
+
+    def normal(text: str) -> str:
+        text = text.replace(str(REPO), "~/lioncub")
+        return re.sub(r"gpt774m_4bit-\d{8}-\d{6}", "gpt774m_4bit-<time>", text).strip()
+
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("# sbatch ~/lioncub/runs/slurm/gpt774m_4bit-")
+    assert normal(readme[start:readme.index("```", start)]) == normal(proc.stdout)
