@@ -5,7 +5,7 @@ started once for this module and always stopped (its namespaces and processes ar
 skipped, with the reason, only where it cannot start (not root, not Linux, packages not installable).
 
 Not slow: a 2-run submission (a job array, one run per node) finishes with metrics in both run folders and a
-status that says so; bad input and an unknown partition leave the queue empty. Slow: a 2-node job of Lion Cub
+status that says so, and a run without its data fails with a status that says why; bad input and an unknown partition leave the queue empty. Slow: a 2-node job of Lion Cub
 4-bit (2 ranks per node) whose replicas end identical, with its traffic on the nodes' links; a job that gets
 Slurm's warning signal and later `scontrol requeue` resumes twice and ends bitwise equal to an uninterrupted
 run; a `-m` sweep through Hydra's submitit launcher runs both points as 2-rank jobs.
@@ -95,7 +95,13 @@ def rows(run_dir: Path) -> list[dict]:
 def test_two_runs_finish_on_the_two_nodes(slurm, demo_tokens, tmp_path):
     folder = submit(slurm, tmp_path, "+exp=demo", "seed=1,2", "train.steps=4", "train.eval_every=2",
                     f"data.dir={demo_tokens}", *TINY)
+    broken = submit(slurm, tmp_path / "broken", "+exp=demo", f"data.dir={tmp_path / 'no_data'}", *TINY)
     wait_until_done(slurm, folder)
+    wait_until_done(slurm, broken)
+    proc = status(slurm, broken)  # which failed, and why: the job's exit status and lioncub's own message
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout + proc.stderr
+    assert "last attempt exited with 1" in proc.stdout and "lioncub: cannot start training" in proc.stdout
+    assert "no_data" in proc.stdout
     proc = status(slurm, folder)
     assert proc.returncode == 0 and "2 finished" in proc.stdout, proc.stdout + proc.stderr
     hosts = set()
