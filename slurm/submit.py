@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"slurm.submit: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. --dry-run | head
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     print(f"submission folder: {folder}\nstatus: python -m slurm.status {folder}")
     return 0
 

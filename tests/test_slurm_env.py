@@ -58,3 +58,6 @@ def test_torchrun_variables_win_and_a_batch_script_is_one_process():
     batch = {k: v for k, v in STEP.items() if not k.startswith("SLURM_STEP")}  # the batch shell has no step
     assert slurm_launch_env(batch) == {}
     assert setup.read_launch_env(batch) == (0, 0, 1, 1)
+    one_task = {**STEP, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "1",
+                "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "gpu07"}
+    assert slurm_launch_env(one_task) == {} and setup.read_launch_env(one_task) == (0, 0, 1, 1)

@@ -63,7 +63,7 @@ def in_slurm_step(environ: Mapping[str, str]) -> bool:
 
 
 def slurm_launch_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """torchrun's variables for this task of a Slurm job step (empty outside a step)."""
+    """torchrun's variables for this task of a Slurm job step (empty outside a step and for a one-task step)."""
     if not in_slurm_step(environ):
         return {}
 
@@ -84,6 +84,8 @@ def slurm_launch_env(environ: Mapping[str, str]) -> dict[str, str]:
         raise SetupError(f"SLURM_PROCID={rank} must lie in [0, SLURM_STEP_NUM_TASKS={world}) and SLURM_LOCALID="
                          f"{local_rank} in [0, {per_node[node]}) (the tasks of node {node} in "
                          f"SLURM_STEP_TASKS_PER_NODE={environ.get('SLURM_STEP_TASKS_PER_NODE')})")
+    if world == 1:
+        return {}  # a one-task step is one plain process: no rendezvous
     nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or "localhost"
     job = environ.get("SLURM_JOB_ID", "0")
     port = environ.get("MASTER_PORT") or str(PORT_BASE + int(job) % PORT_SPAN if job.isdigit() else 29500)
