@@ -55,7 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument(flag)
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--nproc-per-node", type=int, dest="nproc_per_node")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)
 
 
 def load_runs(args: argparse.Namespace) -> RunSet:
@@ -125,8 +125,8 @@ def plan_jobs(runset: RunSet, args: argparse.Namespace, profile: Profile) -> lis
         groups.setdefault((nodes, nproc), []).append((run, overrides))
         never += [run.name] if every == 0 else []
     if never:
-        print(f"slurm.submit: note: checkpoint.every=0 in {', '.join(never)}: a job requeued before its ranks "
-              "checkpoint on the warning signal restarts from step 0 (add checkpoint.every=N)", file=sys.stderr)
+        print(f"slurm.submit: note: checkpoint.every=0 in {', '.join(never)}: a requeued job restarts from step 0 "
+              "unless its ranks checkpoint on the warning signal (add checkpoint.every=N)", file=sys.stderr)
     jobs = []
     for (nodes, nproc), members in groups.items():
         suffix = f"-{nodes}x{nproc}" if len(groups) > 1 else ""

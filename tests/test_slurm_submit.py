@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from slurm.profile import SubmitError, load_profile, parse_time
-from slurm.runs import from_overrides
+from slurm.runs import RunSet, RunSpec, from_overrides
+from slurm.submit import parse_args, plan_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,13 +60,11 @@ def test_a_sweep_is_one_job_array_and_gets_the_profiles_network(tmp_path):
     assert "export OMP_NUM_THREADS=1" in script
 
 
-def test_runs_of_different_shapes_go_to_separate_jobs(tmp_path):
-    manifest_like = from_overrides(["+exp=demo", "seed=1,2"])
-    assert [r.name for r in manifest_like.runs] == ["seed-1", "seed-2"]
-    from slurm.submit import parse_args, plan_jobs
-
-    runs = manifest_like.runs
-    runset = type(manifest_like)("fig", (runs[0], type(runs[1])("big", runs[1].overrides, nodes=2)), "test")
+def test_runs_of_different_shapes_go_to_separate_jobs():
+    swept = from_overrides(["+exp=demo", "seed=1,2"])
+    assert [r.name for r in swept.runs] == ["seed-1", "seed-2"]
+    first, second = swept.runs  # as a manifest would give them: the second run on 2 nodes
+    runset = RunSet("fig", (first, RunSpec("big", second.overrides, nodes=2)), "test")
     jobs = plan_jobs(runset, parse_args(["x=1", "--profile", "local"]), load_profile("local"))
     assert [(j.nodes, j.nproc_per_node, [r.name for r in j.runs]) for j in jobs] == [(1, 2, ["seed-1"]),
                                                                                    (2, 2, ["big"])]
@@ -132,3 +131,51 @@ def test_readme_shows_the_current_dry_run(tmp_path):
     readme = (REPO / "README.md").read_text()
     start = readme.index("# sbatch ~/lioncub/runs/slurm/gpt774m_4bit-")
     assert normal(readme[start:readme.index("```", start)]) == normal(proc.stdout)
+
+
+def test_manifest_runs_go_through_contract_5(monkeypatch, capsys, tmp_path):
+    """The adapter over `experiments.manifest.load_manifest` (contract 5), with a module of that shape standing in
+    until issue 8's lands: names, overrides, nodes and processes of the manifest's runs reach the scripts."""
+    import types
+    from dataclasses import dataclass, field
+
+    from slurm.submit import main
+
+    @dataclass
+    class Run:
+        name: str
+        overrides: list[str]
+        nodes: int = 1
+        nproc_per_node: int = 2
+        launcher: str = "torchrun"
+
+    @dataclass
+    class Manifest:
+        name: str
+        figure: str
+        scale: str
+        analysis: str
+        runs: list[Run] = field(default_factory=list)
+
+    class ManifestError(ValueError):
+        pass
+
+    def load_manifest(name_or_path, scale):
+        if name_or_path != "fig5":
+            raise ManifestError(f"no experiments/{name_or_path}.yaml")
+        return Manifest("fig5", "Fig. 5", scale, "analysis.fig5",
+                        [Run("cub4", ["+exp=demo", "variant=cub4"]), Run("lion32", ["+exp=demo", "variant=lion32"]),
+                         Run("cub4_2n", ["+exp=demo", "variant=cub4"], nodes=2)])
+
+    module = types.ModuleType("experiments.manifest")
+    module.load_manifest, module.ManifestError = load_manifest, ManifestError
+    monkeypatch.setitem(sys.modules, "experiments.manifest", module)
+    assert main(["fig5", "--scale", "laptop", "train.steps=7", "--profile", "local", "--dry-run",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    one_node, two_nodes = scripts(out)
+    assert "#SBATCH --array=0-1" in one_node and "RUNS=(cub4 lion32)" in one_node
+    assert "1) OVERRIDES=(+exp=demo variant=lion32 train.steps=7 network=emulated" in one_node
+    assert "#SBATCH --nodes=2" in two_nodes and "RUNS=(cub4_2n)" in two_nodes
+    assert main(["fig6", "--profile", "local", "--dry-run"]) == 2
+    assert "manifest 'fig6': no experiments/fig6.yaml" in capsys.readouterr().err
