@@ -77,7 +77,7 @@ def _run_name(overrides: list[str], varying: set[str], fallback: str) -> str:
     """`seed-2_variant-cub4` from the overrides whose values vary (a preset by its name alone)."""
     parts = []
     for override in overrides:
-        key, value = override.split("=", 1)
+        key, _, value = override.partition("=")
         if key in varying:
             short = key.lstrip("+~").split(".")[-1]
             parts.append(value if short == "exp" else f"{short}-{value}")

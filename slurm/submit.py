@@ -68,7 +68,7 @@ def load_runs(args: argparse.Namespace) -> RunSet:
     if args.scale:
         raise SubmitError(f"--scale {args.scale} selects the runs of a manifest; with overrides ({head} ...) the "
                           "preset and the overrides fix the scale")
-    stray = [w for w in args.what if "=" not in w]
+    stray = [w for w in args.what if "=" not in w and not w.startswith("~")]
     if stray:
         raise SubmitError(f"{' '.join(stray)}: not an override (key=value); a manifest name goes first")
     return from_overrides(list(args.what))
