@@ -1,12 +1,12 @@
 """Where the runs of a submission stand: `python -m slurm.status SUBMISSION_FOLDER | NAME [--root DIR]`.
 
 One line per run: finished, running, pending (with Slurm's reason), requeued, failed or cancelled (and why) or
-unknown, the step it reached
-out of `train.steps`, and the job id. Sources, in this order of trust: the run folder
-(`summary.json` = finished; the last step of `metrics.jsonl`), squeue (pending and running jobs),
-sacct when the cluster keeps accounting, else `scontrol show job` (finished jobs Slurm still remembers), the job
-script's records in `jobs/<run>-<job>.jsonl` (each attempt's exit status, whether it requeued) and the last
-`lioncub:`/error line of the job's log. NAME picks the newest `<root>/<NAME>-*` submission (root: runs/slurm).
+unknown, the step it reached out of `train.steps`, and the job id. Sources, in this order of trust: the run folder
+(`summary.json` = finished; the last step of `metrics.jsonl`), squeue (pending and running jobs), sacct when the
+cluster keeps accounting, else `scontrol show job` (finished jobs Slurm still remembers), the job script's records
+in `jobs/<run>-<job>.jsonl` (each attempt's exit status, whether it requeued) and the most telling line of the last
+attempt in the job's log (lioncub's own message, a Python exception, Slurm's cancellation). NAME picks the newest
+`<root>/<NAME>-*` submission (root: runs/slurm). Deliberate difference from squeue: one line per run, not per job.
 Exit status 0 when no run failed, 1 otherwise, 2 when the submission cannot be read.
 """
 from __future__ import annotations
