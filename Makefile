@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 # Modules whose import proves the environment is complete; `install` is a no-op when they all import.
-CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest
+CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest, submitit, hydra_plugins.hydra_submitit_launcher
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-all bench-core
@@ -16,10 +16,10 @@ install:  ## install what is missing (torch 2.14.1 from local disk, the rest fro
 	  && echo "install: every dependency is present" \
 	  || { $(PIP) install -r requirements.txt && $(PIP) install --no-deps "openai-whisper==20250625"; }
 
-test: install  ## run the test suite (excludes tests marked slow; under 15 minutes on 2 cores)
+test: install slurm-install  ## run the test suite (excludes tests marked slow; under 15 minutes on 2 cores)
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-all: install  ## run every test, slow ones included
+test-all: install slurm-install  ## run every test, slow ones included
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and wire bytes per reducer
@@ -36,3 +36,16 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 .PHONY: table-a1
 table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
+
+# A real Slurm on this machine (slurm/local.py): 2 nodes, each a slurmd in its own network namespace of the emulated
+# 1 Gbit/s Ethernet cluster. `source $(SLURM_DIR)/env.sh` points sbatch, squeue, ... and slurm.submit at it.
+SLURM_DIR ?= /tmp/lioncub-slurm
+.PHONY: slurm-install slurm-up slurm-down
+slurm-install:  ## Debian's slurmctld, slurmd, slurm-client, munge for the local Slurm (root + apt-get; else says why)
+	@$(PYTHON) -m slurm.local install || echo "slurm-install: not installed; the local-Slurm tests will be skipped"
+
+slurm-up: install slurm-install  ## start a local 2-node Slurm in SLURM_DIR=/tmp/lioncub-slurm (root); then source its env.sh
+	$(PYTHON) -m slurm.local up --dir $(SLURM_DIR)
+
+slurm-down:  ## stop the local Slurm: daemons, jobs, namespaces; removes SLURM_DIR
+	$(PYTHON) -m slurm.local down --dir $(SLURM_DIR)

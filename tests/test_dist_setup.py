@@ -30,7 +30,10 @@ def test_torchrun_variables_are_read():
     ({"RANK": "x", "WORLD_SIZE": "2"}, ["RANK='x'"]),
     ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
      ["LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2"]),
-    ({"SLURM_STEP_NUM_TASKS": "8"}, ["SLURM_STEP_NUM_TASKS=8", "torchrun"]),
+    ({"SLURM_STEP_NUM_TASKS": "8", "SLURM_PROCID": "8"}, ["SLURM_PROCID=8", "SLURM_STEP_NUM_TASKS=8"]),
+    ({"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "1", "SLURM_LOCALID": "2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+      "SLURM_NODEID": "0"}, ["SLURM_LOCALID=2", "[0, 2)", "2(x2)"]),
+    ({"SLURM_STEP_NUM_TASKS": "two", "SLURM_PROCID": "0"}, ["SLURM_STEP_NUM_TASKS='two'"]),
 ])
 def test_bad_launch_environment_names_the_numbers(env, words):
     with pytest.raises(SetupError) as err:

@@ -1,6 +1,8 @@
 """All process-group setup in one place (Lion Cub, Section 7: data-parallel workers over NCCL or gloo).
 
-`describe()` reads the launcher's environment (torchrun's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; a plain
+`describe()` reads the launcher's environment (torchrun's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; without
+them, Slurm's SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, ... of a job step started by srun or Hydra's submitit
+launcher, with the master address from the step's node list, see src.dist.slurm_env; a plain
 `python -m src.train` is one process), picks the device and backend, and checks every constraint up front with a
 message that names the numbers (in the spirit of torchtitan's ParallelDims). It has no side effects, so a bad
 launch fails before anything starts. `init_process_group()` then applies the `network` config's environment (e.g.
@@ -24,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
+from src.dist.slurm_env import slurm_launch_env
 from src.errors import SetupError
 
 
@@ -54,15 +57,12 @@ def _int_env(environ: Mapping[str, str], key: str) -> int:
 
 
 def read_launch_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
-    """(rank, local_rank, world_size, local_world_size) from torchrun's variables; one process when absent."""
+    """(rank, local_rank, world_size, local_world_size) from torchrun's variables, else from Slurm's inside a job
+    step (src.dist.slurm_env); one process when neither is there."""
     if "WORLD_SIZE" not in environ and "RANK" not in environ:
-        tasks = environ.get("SLURM_STEP_NUM_TASKS", "1")
-        if tasks.isdigit() and int(tasks) > 1:
-            raise SetupError(f"started by srun as {tasks} tasks (SLURM_STEP_NUM_TASKS={tasks}) but without torchrun, "
-                             "so each task would train alone. Launch one torchrun per node instead: srun "
-                             "--ntasks-per-node=1 torchrun --nnodes $SLURM_NNODES --nproc_per_node <gpus> ... "
-                             "-m src.train ...")
-        return 0, 0, 1, 1
+        environ = slurm_launch_env(environ)  # one srun task per rank (submitit), else one plain process
+        if not environ:
+            return 0, 0, 1, 1
     missing = [k for k in ("RANK", "WORLD_SIZE") if k not in environ]
     if missing:
         present = "RANK" if "RANK" in environ else "WORLD_SIZE"
@@ -141,6 +141,8 @@ def apply_network_env(network: Mapping[str, Any], environ: MutableMapping[str, s
 
 def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str, str]:
     """Apply the network environment and start the process group; returns the variables it set."""
+    if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
+        os.environ.update(slurm_launch_env(os.environ))  # srun/submitit tasks: the rendezvous torchrun would give
     applied = apply_network_env(network)
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)

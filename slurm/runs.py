@@ -1,0 +1,127 @@
+"""What a submission runs: the runs of an experiment manifest, or a preset with overrides (Hydra sweep syntax).
+
+A run is contract 5's `RunSpec` (name, Hydra overrides, nodes, nproc_per_node, launcher). `from_manifest` is a thin
+adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_overrides` makes the runs of
+`+exp=NAME key=a,b ...`: every combination of the comma-separated values is one run, as in Hydra's multirun, and
+is named after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
+`python -m src.train` would (so a typo fails here, before anything is submitted) and reads what the submission
+must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm.profile import SubmitError
+
+REPO = Path(__file__).resolve().parents[1]
+RESERVED = ("run.dir", "run.root", "resume")  # the job script sets these: each run has its own folder per job
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """The fields of `experiments.manifest.RunSpec` a submission reads (None: the profile's value)."""
+    name: str
+    overrides: tuple[str, ...]
+    nodes: int | None = None
+    nproc_per_node: int | None = None
+    launcher: str = "torchrun"
+
+
+@dataclass(frozen=True)
+class RunSet:
+    name: str                 # the submission's name (the manifest's, or the preset's)
+    runs: tuple[RunSpec, ...]
+    source: str               # for the record: "manifest NAME (scale S)" or the command line's overrides
+    analysis: str | None = None
+
+
+def from_manifest(name_or_path: str, scale: str) -> RunSet:
+    """The runs of experiment manifest `name_or_path` at `scale` (contract 5, experiments/manifest.py)."""
+    try:
+        from experiments.manifest import ManifestError, load_manifest
+    except ImportError as exc:
+        raise SubmitError(f"cannot read manifest {name_or_path!r}: experiments/manifest.py is not in this checkout "
+                          f"({exc}); submit a preset with overrides instead, e.g. python -m slurm.submit "
+                          "+exp=gpt774m_4bit seed=1,2") from None
+    try:
+        manifest = load_manifest(name_or_path, scale)
+    except ManifestError as exc:
+        raise SubmitError(f"manifest {name_or_path!r}: {exc}") from None
+    runs = tuple(RunSpec(r.name, tuple(r.overrides), r.nodes, r.nproc_per_node, r.launcher) for r in manifest.runs)
+    return RunSet(manifest.name, runs, f"manifest {name_or_path} (scale {scale})", manifest.analysis)
+
+
+def sweep(overrides: list[str]) -> list[list[str]]:
+    """Every combination of the sweeps in `overrides` (`seed=1,2 variant=cub4,lion32` -> 4 lists), Hydra's rules."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise SubmitError(f"cannot read the overrides: {exc}") from None
+    choices = []
+    for override in parsed:
+        if override.is_sweep_override():
+            key = override.get_key_element()
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([override.input_line])
+    return [list(combo) for combo in itertools.product(*choices)]
+
+
+def _run_name(overrides: list[str], varying: set[str], fallback: str) -> str:
+    """`seed-2_variant-cub4` from the overrides whose values vary (a preset by its name alone)."""
+    parts = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in varying:
+            short = key.lstrip("+~").split(".")[-1]
+            parts.append(value if short == "exp" else f"{short}-{value}")
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", "_".join(parts) or fallback)
+
+
+def from_overrides(overrides: list[str]) -> RunSet:
+    """The runs of a preset plus overrides, one per combination of comma-separated values."""
+    combos = sweep(overrides)
+    keys = [[o.split("=", 1)[0] for o in combo] for combo in combos]
+    varying = {k for i, k in enumerate(keys[0]) if len({combo[i] for combo in combos}) > 1}
+    exps = {o.split("=", 1)[1] for combo in combos for o in combo if o.split("=", 1)[0] in ("+exp", "exp")}
+    name = exps.pop() if len(exps) == 1 else "sweep" if exps else "run"
+    runs = tuple(RunSpec(_run_name(c, varying, name), tuple(c)) for c in combos)
+    return RunSet(name, runs, " ".join(overrides))
+
+
+def check_reserved(run: RunSpec) -> None:
+    taken = [o for o in run.overrides if o.split("=", 1)[0].lstrip("+~") in RESERVED]
+    if taken:
+        raise SubmitError(f"run {run.name!r}: {' '.join(taken)} is set by the submission (each run writes to "
+                          "<submission>/<run>-<job id> and a requeued job resumes there with resume=auto); drop it")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    expect_world_size: int | None
+    network: str
+    checkpoint_every: int
+
+
+def check_config(run: RunSpec) -> RunConfig:
+    """Compose the run's configuration as `python -m src.train` would; SubmitError naming the run if it fails."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    check_reserved(run)
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            cfg = compose(config_name="config", overrides=list(run.overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SubmitError(f"run {run.name!r} ({' '.join(run.overrides)}): {first}") from None
+    expected = cfg.get("expect_world_size")
+    return RunConfig(int(expected) if expected is not None else None, str(cfg.network.get("name")),
+                     int(cfg.checkpoint.get("every") or 0))
