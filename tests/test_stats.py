@@ -1,7 +1,8 @@
 """The statistics of src/stats (Lion Cub, Table 2, Fig. 4, 5, 7, 8) against hand computations on real gloo ranks.
 
-Every rank gets known update vectors c_i (integers, so every sum is exact) through Lion's state (beta1 = 0.5,
-m_i = g_i = c_i gives c_i exactly) and known momenta after the step. The reference below recomputes every statistic
+Every rank gets known update vectors c_i (integers, so every sum is exact) through Lion's state: beta1 = 0.75,
+m_i = c_i + d_i and g_i = c_i - 3 d_i give c_i = 0.75 m_i + 0.25 g_i exactly (and anything else if the two were
+mixed up); then known momenta after the step. The reference below recomputes every statistic
 from the paper's definitions with numpy and scipy on all ranks' vectors at once: standard Lion's sign of the sum,
 the majority vote with ties kept as zero, each quantizer's sign of the summed codes (Section 2, Section 4.2 and
 Fig. 5's methods), the population std over ranks, and the Laplace/Gaussian fits. The test double of
@@ -122,14 +123,15 @@ def _measure(all_c, all_m_after, cfg: StatsConfig, run_dir):
     world_size = dist.get_world_size() if dist.is_initialized() else 1
     torch.manual_seed(0)
     model = Tied()
-    opt = Lion(model.parameters(), lr=0.1, betas=(0.5, 0.99))
+    opt = Lion(model.parameters(), lr=0.1, betas=(0.75, 0.99))
     c = torch.tensor(all_c[rank], dtype=torch.float32)
+    d = torch.arange(c.numel(), dtype=torch.float32).remainder(7).sub(3)  # -3..3
     after = torch.tensor(all_m_after[rank], dtype=torch.float32)
     params = [p for _, p in named_parameters_with_aliases(model)]
     assert [n for n, _ in named_parameters_with_aliases(model)] == list(SHAPES)
-    for p, piece in zip(params, c.split(list(SHAPES.values()))):
-        p.grad = piece.view_as(p).clone()
-        opt.state[p]["exp_avg"] = piece.view_as(p).clone()
+    for p, piece, dp in zip(params, c.split(list(SHAPES.values())), d.split(list(SHAPES.values()))):
+        p.grad = (piece - 3 * dp).view_as(p).clone()
+        opt.state[p]["exp_avg"] = (piece + dp).view_as(p).clone()
     stats = TrainingStats(cfg, model, opt, rank=rank, world_size=world_size, seed=0, run_dir=run_dir)
     monitor = HostMonitor()
     with watch_collectives(monitor):
@@ -240,6 +242,15 @@ def test_layers_select_the_per_layer_keys_by_any_alias(tmp_path):
     out = _measure(c, m_after, config(layers=("head.weight",)), str(tmp_path))
     check_against_reference(out, c, m_after, layers=("emb.weight,head.weight",))
     check_arrays(out["arrays"], c, layers=("emb.weight,head.weight",))
+
+
+def test_histogram_edges_and_overflow_bins():
+    from src.stats.distribution import log10_histogram, value_histogram
+
+    c = torch.tensor([-1.0, -0.5, 0.0, 0.5, 1.0, 2.0, -3.0])  # r = 1, 4 bins: edges -1, -0.5, 0, 0.5, 1
+    assert value_histogram(c, torch.tensor(1.0), 4).tolist() == [1, 1, 1, 2, 2]  # last bin closed; 2 outside
+    c = torch.tensor([0.0, 1e-20, -1e-3, 10.0, 100.0, 0.05])  # log10 over [-4, 1], 5 bins
+    assert log10_histogram(c, -4.0, 1.0, 5).tolist() == [1, 0, 1, 1, 0, 1, 1, 1]  # below, 5 bins, above, zeros
 
 
 # ------------------------------------------------------------------ real optimizers: shared vs local momentum
