@@ -253,6 +253,24 @@ def test_histogram_edges_and_overflow_bins():
     assert log10_histogram(c, -4.0, 1.0, 5).tolist() == [1, 0, 1, 1, 0, 1, 1, 1]  # below, 5 bins, above, zeros
 
 
+def test_no_per_layer_keys_with_an_empty_layer_list(tmp_path):
+    c, m_after = vectors(1, seed=9)
+    out = _measure(c, m_after, config(layers=()), str(tmp_path))
+    check_against_reference(out, c, m_after, layers=())
+    assert out["arrays"]["layers"].shape == (0,) and out["arrays"]["hist_values_edges"].shape == (0, BINS + 1)
+
+
+def test_a_resumed_run_drops_the_arrays_after_its_checkpoint(tmp_path):
+    from src.stats.report import drop_arrays_after
+
+    folder = tmp_path / "stats"
+    folder.mkdir()
+    for name in ("step_00000002.npz", "step_00000004.npz", "step_00000006.npz", "step_00000008.npz.tmp"):
+        (folder / name).write_bytes(b"x")
+    drop_arrays_after(tmp_path, 4)
+    assert sorted(p.name for p in folder.iterdir()) == ["step_00000002.npz", "step_00000004.npz"]
+
+
 # ------------------------------------------------------------------ real optimizers: shared vs local momentum
 
 def _optimizer_step_with_stats(variant: str):
