@@ -75,6 +75,8 @@ OFF = _Off()
 
 
 class TrainingStats:
+    """The statistics of one rank (see the module docstring); `group` is the optimizer's process group."""
+
     def __init__(self, config: StatsConfig, model: torch.nn.Module, optimizer, *, rank: int, world_size: int,
                  seed: int, run_dir: Path | None, group=None, wandb_run=None, start_step: int = 0):
         named = named_parameters_with_aliases(model)
