@@ -224,3 +224,51 @@ def test_deit_pretrained_file_errors(tmp_path):
     torch.save(state, tmp_path / "odd.pth")
     with pytest.raises(ValueError, match=r"blocks\.0\.norm1\.weight.*extra\.weight"):
         build_deit("tiny", img_size=32, pretrained_path=str(tmp_path / "odd.pth"))
+
+
+# ------------------------------------------------------- tied / untied head (issue 8: Fig. 4 and 8)
+
+def test_untied_head_is_its_own_tensor_and_momentum_sync_tells_them_apart():
+    from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases
+
+    torch.manual_seed(0)
+    tied, untied = build_gpt("tiny"), build_gpt("tiny", tie_embeddings=False)
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+    names = [n for n, _ in untied.named_parameters()]
+    assert "transformer.wte.weight" in names and "lm_head.weight" in names
+    V, C = untied.config.vocab_size, untied.config.n_embd
+    assert count_parameters(untied) == count_parameters(tied) + V * C
+    assert untied.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    for model, embed, head in [(tied, {"transformer.wte.weight,lm_head.weight", "transformer.wpe.weight"},
+                                {"transformer.wte.weight,lm_head.weight"}),
+                               (untied, {"transformer.wte.weight", "transformer.wpe.weight"}, {"lm_head.weight"})]:
+        named = [n for n, _ in named_parameters_with_aliases(model)]
+        chosen = {cls: {n for n, keep in zip(named, MomentumSync(1, cls).select(named)) if keep}
+                  for cls in ("embed", "head")}
+        assert chosen == {"embed": embed, "head": head}
+    idx = torch.randint(0, V, (2, 8))
+    _, loss = untied(idx, idx)
+    loss.backward()
+    assert untied.lm_head.weight.grad.abs().sum() > 0 and untied.transformer.wte.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="tie_embeddings"):
+        build_gpt("tiny", tie_embeddings="no")
+
+
+@pytest.mark.parametrize("size", sorted(NOMINAL))
+def test_paper_size_keeps_its_shape(size):
+    other = {"n_layer": GPT_SIZES[size]["n_layer"] + 1}
+    with pytest.raises(ValueError, match=rf"size={size}.*n_layer={other['n_layer']}.*null"):
+        build_gpt(size, **other)
+    with torch.device("meta"):
+        assert build_gpt(None, **{**GPT_SIZES[size], **other}).config.n_layer == other["n_layer"]
+        assert build_gpt(size, **GPT_SIZES[size], vocab_size=128, block_size=64).config.vocab_size == 128
+    assert build_gpt("mini", n_embd=96, n_head=4).config.n_embd == 96  # our CPU shapes resize freely
+
+
+def test_a_run_config_must_state_the_architecture():
+    from src.models.gpt import check_stated
+
+    config = GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=256)
+    check_stated({"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 256, "vocab_size": 50257}, config)
+    with pytest.raises(ValueError, match=r"must state n_head, vocab_size.*n_head=2, vocab_size=50257"):
+        check_stated({"n_layer": 2, "n_head": None, "n_embd": 64, "block_size": 256}, config)

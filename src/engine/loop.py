@@ -8,6 +8,9 @@ ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wal
 evaluations included), the `time/*` breakdown of Table A.1 and `mem/peak_bytes`. Evaluation metrics (`val/*`,
 averaged over ranks) join the row of the step they follow; the evaluation before training is a row at step 0.
 
+Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
+`optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
+
 Reliability (`src.reliability.hooks.StepHooks`, issue: Reliability): faults may be injected at the start of a step
 and after backward; after clipping, every rank votes on whether the loss and gradients are finite (before the
 optimizer quantizes or communicates), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or
@@ -35,6 +38,7 @@ from src.engine.step_stats import PeakMemory, timing_row
 from src.engine.tasks.base import Task
 from src.runlog.sinks import Sinks
 from src.reliability.hooks import StepHooks
+from src.stats import OFF
 from src.utils.timing import PhaseTimer
 
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -58,7 +62,7 @@ class LoopResult:
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
-               hooks: StepHooks) -> dict:
+               hooks: StepHooks, stats=OFF) -> dict:
     """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step."""
     start = time.perf_counter()
     for group in optimizer.param_groups:
@@ -74,11 +78,14 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
         finite = hooks.step_ok(loss, norm)
     if finite:
+        stats.before_step()
         optimizer.step()
+        stats.after_step()
     optimizer.zero_grad(set_to_none=True)
-    total = time.perf_counter() - start
+    total = time.perf_counter() - start - stats.seconds  # the statistics' own time is time/stats, not the step's
     row = {"loss": loss.item(), "lr": lr, "grad_norm": None if norm is None else norm.item()}
     row.update(timing_row(timer.pop(), optimizer.timer.pop(), total))
+    row.update(stats.pop())
     return row
 
 
@@ -91,7 +98,7 @@ def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
 
 
 def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg: DictConfig, ctx: DistContext,
-          total_steps: int, hooks: StepHooks) -> LoopResult:
+          total_steps: int, hooks: StepHooks, stats=OFF) -> LoopResult:
     """Train from `hooks.progress` (step 0, or a resumed checkpoint's) to `total_steps`."""
     timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
     clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
@@ -107,8 +114,9 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
                    **result.last_eval})
     for step in range(progress.step + 1, total_steps + 1):
         hooks.begin(step)
+        stats.begin(step)
         row = {"step": step}
-        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks))
+        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats))
         result.train_time += row["time/total"]
         result.peak_memory_bytes = memory.peak()
         row.update({unit: step * per_step, "train_time": result.train_time, "mem/peak_bytes": result.peak_memory_bytes,

@@ -3,7 +3,8 @@
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
 Section 7 setups): the launch and device (src.dist.setup), the model/data pairing and the model on the meta device,
 the variant at this world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run
-folder, the reliability keys, `expect_world_size` and, when resuming, the checkpoint (src.reliability.resume).
+folder, the reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the
+checkpoint (src.reliability.resume).
 Only then does `execute()` start the process group, build the real model and optimizer, create the run
 folder (rank 0), write `config.yaml` and `provenance.json`, train, and write `summary.json` and the timing table.
 
@@ -52,6 +53,7 @@ from src.reliability.resume import (
     reuses_run_dir,
 )
 from src.reliability.train_state import Progress
+from src.stats import check_stats_config, make_stats
 
 
 @dataclass
@@ -108,6 +110,7 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     meta_model = task.build_model("meta")
     task.check_model(meta_model)
     check_variant(cfg, ctx, meta_model)
+    check_stats_config(cfg.get("stats"), meta_model)
     task.open_data(meta_model)
     steps = resolve_steps(cfg, task)
     o = cfg.optim
@@ -217,7 +220,10 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
             _restore_wandb_id(plan, run_dir)
         sinks = Sinks(cfg, run_dir, ctx.is_main, plan.name)
         hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress)
-        result = train(task, model, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks)
+        stats = make_stats(check_stats_config(cfg.get("stats"), model), model, optimizer, rank=ctx.rank,
+                           world_size=ctx.world_size, seed=int(cfg.seed), run_dir=run_dir, start_step=progress.step,
+                           wandb_run=sinks.wandb.run if sinks.wandb else None)
+        result = train(task, model, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                    "train_time": result.train_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),

@@ -2,7 +2,8 @@
 
 `build_model(kind, **params)` builds one of:
 - "gpt"            GPT-2++ (Appendix D.1): params `size` (tiny, mini, 124m,
-                   350m, 774m, 1558m) and any GPTConfig field as override.
+                   350m, 774m, 1558m, or None) and any GPTConfig field
+                   (n_layer, ..., tie_embeddings) as override.
 - "resnet18_cifar" CIFAR ResNet-18 of the Cutout paper (Appendix D.2):
                    param `num_classes`.
 - "deit"           timm DeiT (Appendix D.2): params `size` (tiny, small,

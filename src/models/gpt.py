@@ -12,8 +12,17 @@ and no dropout (Appendix D.1). The sizes are the four of Appendix D.1:
 
 Everything else follows GPT-2 / nanoGPT: learned absolute position
 embeddings (wpe), pre-norm residual blocks, causal self-attention, the
-output head tied to the token embedding, normal(0, 0.02) init with residual
+output head tied to the token embedding (`tie_embeddings=True`; False gives
+`lm_head` its own matrix, so the input embedding and the output head are
+separate tensors, as Fig. 4 and 8 need), normal(0, 0.02) init with residual
 projections scaled by 1/sqrt(2 * n_layer).
+
+A run's config states every architecture number (conf/model/gpt*.yaml; the
+resolved config is the record of the run): `check_stated` refuses a config
+that leaves one out, and `build_gpt` refuses numbers that contradict the
+Appendix D.1 size a config names (`size: 774m` with `n_layer: 12`), so no run
+is labelled with a size it does not have. `tiny` and `mini` are our own CPU
+shapes and may be resized freely.
 
 Choices the paper does not state (deliberate, documented here):
 - The MLP is SwiGLU, down(silu(gate(x)) * up(x)), with hidden width chosen so
@@ -41,6 +50,7 @@ class GPTConfig:
     n_head: int = 12
     n_embd: int = 768
     mlp_hidden: int | None = None  # None: match GPT-2's 4x MLP, rounded up to 64
+    tie_embeddings: bool = True  # lm_head shares the token embedding's matrix (GPT-2)
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
@@ -51,6 +61,8 @@ class GPTConfig:
             raise ValueError(
                 f"GPTConfig.n_embd={self.n_embd} must be divisible by n_head={self.n_head}"
             )
+        if not isinstance(self.tie_embeddings, bool):
+            raise ValueError(f"GPTConfig.tie_embeddings must be true or false, got {self.tie_embeddings!r}")
         if self.mlp_hidden is not None and (
             not isinstance(self.mlp_hidden, int) or isinstance(self.mlp_hidden, bool) or self.mlp_hidden <= 0
         ):
@@ -129,7 +141,7 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        # `transformer` is registered before `lm_head`, so the tied tensor is
+        # `transformer` is registered before `lm_head`, so a tied tensor is
         # reported by named_parameters() as `transformer.wte.weight`.
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
@@ -138,7 +150,8 @@ class GPT(nn.Module):
             ln_f=nn.RMSNorm(config.n_embd),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        if config.tie_embeddings:
+            self.transformer.wte.weight = self.lm_head.weight  # weight tying
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -183,13 +196,36 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def build_gpt(size: str = "tiny", **overrides) -> GPT:
-    """GPT of a named size (GPT_SIZES); any GPTConfig field may be overridden."""
-    if size not in GPT_SIZES:
-        raise ValueError(f"unknown GPT size {size!r}; valid sizes: {sorted(GPT_SIZES)}")
+PAPER_SIZES = ("124m", "350m", "774m", "1558m")
+SHAPE = ("n_layer", "n_head", "n_embd")
+STATED = ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+
+
+def build_gpt(size: str | None = "tiny", **overrides) -> GPT:
+    """GPT of a named size (GPT_SIZES) with any GPTConfig field overridden, or of the given fields (size=None).
+
+    An Appendix D.1 size keeps its shape: n_layer, n_head or n_embd different from the size's raise ValueError.
+    """
+    if size is not None and size not in GPT_SIZES:
+        raise ValueError(f"unknown GPT size {size!r}; valid sizes: {sorted(GPT_SIZES)} (or null for a custom shape)")
     valid = [f.name for f in fields(GPTConfig)]
     unknown = sorted(set(overrides) - set(valid))
     if unknown:
         raise ValueError(f"unknown GPT parameter(s) {unknown}; valid: {valid}")
-    config = GPTConfig(**{**GPT_SIZES[size], **overrides})
+    config = GPTConfig(**{**GPT_SIZES.get(size, {}), **overrides})
+    if size in PAPER_SIZES:
+        wrong = [f"{k}={overrides[k]}" for k in SHAPE if k in overrides and overrides[k] != GPT_SIZES[size][k]]
+        if wrong:
+            paper = ", ".join(f"{k}={GPT_SIZES[size][k]}" for k in SHAPE)
+            raise ValueError(f"size={size} is the Appendix D.1 shape {paper}, but {', '.join(wrong)} was given; "
+                             "set size to null for a custom shape (or leave the shape as it is)")
     return GPT(config)
+
+
+def check_stated(params: dict, config: GPTConfig) -> None:
+    """Raise ValueError unless a run config's `model.params` states every architecture number of the model it
+    builds (so `--cfg job`, the run folder's config.yaml and W&B show the model's real numbers)."""
+    missing = [k for k in STATED if params.get(k) is None]
+    if missing:
+        raise ValueError(f"model.params must state {', '.join(missing)} (the run's config is its record; this "
+                         f"model has {', '.join(f'{k}={getattr(config, k)}' for k in missing)})")

@@ -12,6 +12,7 @@ import torch
 from src.data import TokenWindows
 from src.errors import SetupError
 from src.engine.tasks.base import Task, positive_int, sum_over_ranks
+from src.models.gpt import check_stated
 
 
 class GPTTask(Task):
@@ -23,6 +24,10 @@ class GPTTask(Task):
     def check_model(self, model: torch.nn.Module) -> None:
         block = positive_int(self.cfg.data.block_size, "data.block_size")
         positive_int(self.cfg.data.batch_size, "data.batch_size")
+        try:
+            check_stated(self.model_params(), model.config)
+        except ValueError as exc:
+            raise SetupError(str(exc)) from exc
         model_block = model.config.block_size
         if block > model_block:
             raise SetupError(f"data.block_size={block} (the training sequence length) exceeds the model's "

@@ -1,0 +1,203 @@
+"""The statistics hook of the training loop: `make_stats(...)` returns `OFF` or a `TrainingStats`.
+
+The loop calls, per step: `begin(step)`; `before_step()` after clipping and the finite-vote, right before
+`optimizer.step()` (p.grad is this rank's clipped local gradient, the optimizer's `exp_avg` the momentum the step
+will use); `after_step()` right after it (the momentum after the step); then reads `seconds` (left out of the
+step's time) and `pop()` (the row's `stats/...` keys and `time/stats`). On a statistics step:
+
+before_step, per bucket of consecutive parameters (at most `stats.bucket_elements` elements, a larger parameter
+alone), with the bucket's c_i = beta1 * m_i + (1 - beta1) * g_i in one float32 buffer on the process group's
+device: rank 0 describes its own c per selected layer (src/stats/distribution.py); every rank joins one float32
+allreduce of c and one integer allreduce of the quantized codes of every method (src/stats/agreement.py); rank 0
+counts signs per layer. after_step: two float32 allreduces per bucket for the momentum spread. Then rank 0 moves
+everything it kept on the device to the host in one transfer, writes the arrays file and the W&B histograms.
+Peak extra memory is about 30 bytes per element of the largest bucket (e.g. 2 GB for GPT 774M's untied
+50257 x 1280 embedding).
+
+`OFF` (stats.every = 0) allocates nothing and runs no tensor operation. Works with every optimizer that keeps
+Lion's state: `exp_avg` per parameter (absent = zero) and `betas` per param group (Lion, Lion 32/16-bit, LionCub).
+Lion 32/16-bit share the momentum, so their c_i differ only by the local gradients and their spread is 0.
+Stochastic quantizers draw from a generator per rank seeded with `stats_seed(seed, rank)` (not checkpointed: a
+resumed run draws other noise for the statistics, never for training).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from src.comm.device import collective_device
+from src.optim.momentum_sync import named_parameters_with_aliases
+from src.stats import report
+from src.stats.agreement import all_reduce_sum, code_rows, momentum_std, sign_agreement, summed_codes
+from src.stats.config import StatsConfig, selected
+from src.stats.distribution import layer_distribution, layout
+from src.utils.timing import PhaseTimer
+
+
+def stats_seed(seed: int, rank: int) -> int:
+    return 1_000_003 * (int(seed) + 1) + rank
+
+
+def buckets(sizes: list[int], limit: int) -> list[list[int]]:
+    """Consecutive parameter indices grouped into runs of at most `limit` elements (a larger one alone)."""
+    out, current, filled = [], [], 0
+    for i, size in enumerate(sizes):
+        if current and filled + size > limit:
+            out.append(current)
+            current, filled = [], 0
+        current.append(i)
+        filled += size
+    return out + ([current] if current else [])
+
+
+class _Off:
+    """stats.every = 0: every call returns at once; no tensor, no file, no collective."""
+
+    seconds = 0.0
+
+    def begin(self, step: int) -> None:
+        pass
+
+    def before_step(self) -> None:
+        pass
+
+    def after_step(self) -> None:
+        pass
+
+    def pop(self) -> dict:
+        return {}
+
+
+OFF = _Off()
+
+
+class TrainingStats:
+    """The statistics of one rank (see the module docstring); `group` is the optimizer's process group."""
+
+    def __init__(self, config: StatsConfig, model: torch.nn.Module, optimizer, *, rank: int, world_size: int,
+                 seed: int, run_dir: Path | None, group=None, wandb_run=None, start_step: int = 0):
+        named = named_parameters_with_aliases(model)
+        self.config, self.optimizer, self.rank, self.world_size, self.group = config, optimizer, rank, world_size, group
+        self.names, self.params = [n for n, _ in named], [p for _, p in named]
+        self.sizes = [p.numel() for p in self.params]
+        self.beta1 = {id(p): float(g["betas"][0]) for g in optimizer.param_groups for p in g["params"]}
+        self.selected = [i for i, n in enumerate(self.names) if selected(n, config.layers)]
+        self.buckets = buckets(self.sizes, config.bucket_elements)
+        self.rows = code_rows(config.quantizers, config.levels)
+        row_of = {method: r for r, (method, _) in enumerate(self.rows)}
+        self.method_rows = [row_of[m] for m in config.quantizers]
+        grouped = world_size > 1 or (dist.is_available() and dist.is_initialized())
+        device = self.params[0].device
+        self.device = collective_device(group, prefer=device) if grouped else device
+        self.generator = torch.Generator(device=self.device).manual_seed(stats_seed(seed, rank))
+        self.run_dir, self.wandb_run = run_dir, wandb_run
+        self.timer = PhaseTimer(device=self.device)
+        self.is_main = rank == 0
+        if self.is_main and run_dir is not None:
+            report.drop_arrays_after(run_dir, start_step)
+        self.step, self.due, self.seconds, self._row = 0, False, 0.0, {}
+        self._agreement: dict[int, torch.Tensor] = {}
+        self._local: dict[int, torch.Tensor] = {}
+
+    # --- the loop's calls ---------------------------------------------------------------------------------------
+    def begin(self, step: int) -> None:
+        self.step, self.due, self.seconds, self._row = step, self.config.due(step), 0.0, {}
+
+    @torch.no_grad()
+    def before_step(self) -> None:
+        if self.due:
+            with self.timer.phase("stats"):
+                self._measure_updates()
+
+    @torch.no_grad()
+    def after_step(self) -> None:
+        if not self.due:
+            return
+        with self.timer.phase("stats"):
+            spread = self._measure_spread()
+            if self.is_main:
+                self._report(spread)
+        self.seconds = self.timer.pop()["stats"]
+        self._row["time/stats"] = self.seconds
+
+    def pop(self) -> dict:
+        row, self._row = self._row, {}
+        return row
+
+    # --- measuring ----------------------------------------------------------------------------------------------
+    def _flat(self, bucket: list[int], tensors: list[torch.Tensor | None]) -> torch.Tensor:
+        out = torch.zeros(sum(self.sizes[i] for i in bucket), dtype=torch.float32, device=self.device)
+        for view, t in zip(out.split([self.sizes[i] for i in bucket]), tensors):
+            if t is not None:
+                view.copy_(t.reshape(-1))
+        return out
+
+    def _momenta(self, bucket: list[int]) -> list[torch.Tensor | None]:
+        return [self.optimizer.state.get(self.params[i], {}).get("exp_avg") for i in bucket]
+
+    def _update_vector(self, bucket: list[int]) -> torch.Tensor:
+        """c = beta1 * m + (1 - beta1) * g of the bucket's parameters (float32, flat)."""
+        c = self._flat(bucket, self._momenta(bucket))
+        for i, view in zip(bucket, c.split([self.sizes[i] for i in bucket])):
+            beta1, grad = self.beta1[id(self.params[i])], self.params[i].grad
+            view.mul_(beta1)
+            if grad is not None:
+                view.add_(grad.reshape(-1).to(device=self.device, dtype=torch.float32), alpha=1.0 - beta1)
+        return c
+
+    def _measure_updates(self) -> None:
+        cfg, keep = self.config, set(self.selected)
+        self._agreement, self._local = {}, {}
+        for bucket in self.buckets:
+            sizes = [self.sizes[i] for i in bucket]
+            c = self._update_vector(bucket)
+            views = dict(zip(bucket, c.split(sizes)))
+            if self.is_main:
+                for i in (i for i in bucket if i in keep):
+                    self._local[i] = layer_distribution(views[i], bins=cfg.bins, range_=cfg.range,
+                                                        log10_min=cfg.log10_min, log10_max=cfg.log10_max,
+                                                        fit_samples=cfg.fit_samples, generator=self.generator)
+            sum_c = all_reduce_sum(c.clone(), self.group, self.world_size)
+            codes = summed_codes(c, self.rows, sizes, self.generator, self.group, self.world_size)
+            if self.is_main:
+                for i, s, q in zip(bucket, sum_c.split(sizes), codes.split(sizes, dim=1)):
+                    self._agreement[i] = sign_agreement(s, q)
+
+    def _measure_spread(self) -> list[torch.Tensor]:
+        """Per parameter (rank 0): [max, sum] over elements of the momentum std across ranks."""
+        spread = []
+        for bucket in self.buckets:
+            std = momentum_std(self._flat(bucket, self._momenta(bucket)), self.group, self.world_size)
+            if self.is_main:
+                spread += [torch.stack([s.max().double(), s.sum(dtype=torch.float64)])
+                           for s in std.split([self.sizes[i] for i in bucket])]
+        return spread
+
+    def _report(self, spread: list[torch.Tensor]) -> None:
+        """One device-to-host transfer, then the row, the arrays file and the W&B histograms (rank 0)."""
+        n_all, n_sel = len(self.params), len(self.selected)
+        agreement = torch.stack([self._agreement[i] for i in range(n_all)]).double()  # (L_all, rows, 3, 3)
+        parts = [agreement.reshape(-1), torch.stack(spread).reshape(-1)] + [self._local[i] for i in self.selected]
+        host = torch.cat(parts).cpu().numpy()
+        a_size, s_size = agreement.numel(), 2 * n_all
+        width = layout(self.config.bins)["log10_abs"].stop
+        measured = report.Measured(
+            step=self.step, world_size=self.world_size, names=self.names, numel=np.array(self.sizes, np.int64),
+            selected=self.selected, methods=list(self.config.quantizers), method_rows=self.method_rows,
+            agreement=host[:a_size].reshape(agreement.shape), spread=host[a_size:a_size + s_size].reshape(n_all, 2),
+            local=host[a_size + s_size:].reshape(n_sel, width))
+        arrays = report.arrays(measured, self.config)
+        self._row = report.row(arrays)
+        self._agreement, self._local = {}, {}
+        if self.run_dir is not None:
+            report.write_arrays(self.run_dir, arrays)
+        if self.wandb_run is not None:
+            report.log_histograms(self.wandb_run, arrays)
+
+
+def make_stats(config: StatsConfig, model: torch.nn.Module, optimizer, **kwargs) -> TrainingStats | _Off:
+    """`OFF` when statistics are off (nothing is built), else the hook (keyword arguments of TrainingStats)."""
+    return TrainingStats(config, model, optimizer, **kwargs) if config.on else OFF
