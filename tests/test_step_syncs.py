@@ -82,6 +82,7 @@ def _bitwise_and_calls(comm_dtype: str, n_params: int):
 
 @pytest.mark.parametrize("comm_dtype", ["fp32", "bf16", "fp16"])
 def test_grad_allreduce_copy_back_is_bitwise_and_not_a_loop_of_kernels(dist, comm_dtype):
-    few, many = dist(2, _bitwise_and_calls, comm_dtype, 3), dist(2, _bitwise_and_calls, comm_dtype, 12)
+    """3 ranks: dividing by 3 rounds, so a division in another dtype or order would show."""
+    few, many = dist(3, _bitwise_and_calls, comm_dtype, 3), dist(3, _bitwise_and_calls, comm_dtype, 12)
     assert all(same for same, _ in few + many)
     assert few[0][1] == many[0][1]  # as many torch calls for 12 parameters as for 3

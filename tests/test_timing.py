@@ -1,10 +1,10 @@
 """The phase timer's CUDA-event path, proven on a CPU with a recording event double (src/utils/timing.py,
 src/engine/step_stats.py; issue 13, item 2).
 
-`Device` stands in for one CUDA stream: the test moves its clock (`run(ms)`: kernels executing) and decides when the
-host waits for it (`sync()`: an `.item()` elsewhere). Its events behave as CUDA's: recorded at the stream's current
-time, complete only once the host has waited for the stream after recording them, unreadable before (cudaEventElapsedTime
-fails with "not ready"). The tests count the host waits the timer itself causes.
+`Device` stands in for one CUDA stream: the test moves its clock (`run(ms)`: kernels executing) and decides when
+the host waits for it (`sync()`: an `.item()` elsewhere). Its events behave as CUDA's: recorded at the stream's
+current time, complete only once the host has waited for the stream after recording them, unreadable before
+(cudaEventElapsedTime fails with "not ready"). The tests count the host waits the timer itself causes.
 """
 from __future__ import annotations
 

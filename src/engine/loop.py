@@ -6,7 +6,8 @@ One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer 
 training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
 ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wall_time` (since training started,
 evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of Fig. A.1 (see
-src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step they follow; the evaluation before training is a row at step 0.
+src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step they follow;
+the evaluation before training is a row at step 0.
 
 Reliability (`src.reliability.hooks.StepHooks`, issue: Reliability): faults may be injected at the start of a step
 and after backward; after clipping, every rank votes on whether the loss and gradients are finite (before the

@@ -219,9 +219,9 @@ def check_safe(path: Path) -> None:
     except Exception as exc:  # not a torch zip file, truncated archive ...
         raise CheckpointError(f"{path} is not a checkpoint file torch can read ({type(exc).__name__}: {exc})") from exc
     if unsafe:
-        raise CheckpointError(f"{path} was refused: its pickle would call {', '.join(sorted(unsafe))}, which no lioncub "
-                              "checkpoint holds (nothing of it was run). It was not written by lioncub, or it was "
-                              "altered; resume from a checkpoint you trust")
+        raise CheckpointError(f"{path} was refused: its pickle would call {', '.join(sorted(unsafe))}, which no "
+                              "lioncub checkpoint holds (nothing of it was run). It was not written by lioncub, or "
+                              "it was altered; resume from a checkpoint you trust")
 
 
 def load_safe(path: Path, map_location: str | torch.device = "cpu") -> Any:

@@ -8,10 +8,10 @@ the pre-step RNG and data position are kept, so the "last good state" can be sav
 
 Non-finite policy (`nonfinite.policy`): every rank votes with `vote` (one single-element MIN allreduce, then one
 host transfer that also brings the loss and gradient norm the loop logs; timed as part of the `clip` phase), so
-no rank enters the optimizer's quantizer or collective with a NaN and all ranks take the same decision. `skip`: the step's gradients are dropped on every rank (no optimizer step; the
-momentum and parameters keep their values; the schedule still advances, as the step is counted in
-`skipped_steps`). `stop`: the state before this step is checkpointed as step-1 and `NonFiniteStepError` names the
-step and the ranks that saw the non-finite value.
+no rank enters the optimizer's quantizer or collective with a NaN and all ranks take the same decision. `skip`:
+the step's gradients are dropped on every rank (no optimizer step; the momentum and parameters keep their values;
+the schedule still advances, as the step is counted in `skipped_steps`). `stop`: the state before this step is
+checkpointed as step-1 and `NonFiniteStepError` names the step and the ranks that saw the non-finite value.
 """
 from __future__ import annotations
 
