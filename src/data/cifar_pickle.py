@@ -5,12 +5,21 @@ and strings are Python 2 `str`, so Python 3 sees them as `bytes` with `encoding=
 ...) and as `str` with `encoding="latin1"` (torchvision's reader). `load_cifar_pickle` accepts either and returns
 `str` keys. `dump_cifar_pickle` writes the same Python-2 layout (protocol 2, `Py2Str` values written as Python 2
 strings), so files we generate load exactly like the real ones under either encoding.
+
+A pickle can name any importable function and call it while it loads, so `load_cifar_pickle` accepts only what
+the official files (and ours) hold: dicts, lists, strings, numbers and numpy arrays, i.e. the globals numpy's
+array pickling names (`numpy.core.multiarray._reconstruct` or numpy 2's `numpy._core.multiarray._reconstruct`,
+`numpy.ndarray`, `numpy.dtype`) and `_codecs.encode` with the latin-1 codec (how protocol 2 writes Python 3 bytes).
+Any other global stops the load with a `DataError` naming the file and the global, before anything of it runs.
 """
 from __future__ import annotations
 
+import codecs
 import pickle
 import struct
 from pathlib import Path
+
+import numpy as np
 
 from .errors import DataError
 
@@ -64,6 +73,32 @@ def _text(value):
     return value.decode("latin1") if isinstance(value, bytes) else value
 
 
+def _latin1_encode(text: str, encoding: str = "utf-8") -> bytes:
+    if encoding.replace("-", "").replace("_", "").lower() != "latin1":
+        raise pickle.UnpicklingError(f"_codecs.encode with codec {encoding!r} (only latin-1 encodes bytes)")
+    return codecs.encode(text, encoding)
+
+
+_NUMPY_CORE = getattr(np, "_core", None) or np.core
+_ALLOWED = {("numpy.core.multiarray", "_reconstruct"): _NUMPY_CORE.multiarray._reconstruct,
+            ("numpy._core.multiarray", "_reconstruct"): _NUMPY_CORE.multiarray._reconstruct,
+            ("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype, ("_codecs", "encode"): _latin1_encode}
+
+
+class _Refused(pickle.UnpicklingError):
+    """The pickle names a global that no CIFAR-100 file holds."""
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only the globals a CIFAR-100 file holds (see the module docstring)."""
+
+    def find_class(self, module: str, name: str):
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise _Refused(f"{module}.{name}") from None
+
+
 def load_cifar_pickle(path: str | Path, required: tuple[str, ...] = ()) -> dict:
     """Load one CIFAR pickle with `str` keys; `DataError` naming the file if it is missing, corrupt or incomplete."""
     path = Path(path)
@@ -71,7 +106,11 @@ def load_cifar_pickle(path: str | Path, required: tuple[str, ...] = ()) -> dict:
         raise DataError(f"CIFAR-100 file {path} is missing. {how_to_get_cifar(path.parent.parent)}")
     try:
         with open(path, "rb") as f:
-            obj = pickle.load(f, encoding="bytes")
+            obj = _CifarUnpickler(f, encoding="bytes").load()
+    except _Refused as exc:
+        raise DataError(f"CIFAR-100 file {path} was refused: its pickle calls {exc}, which no CIFAR-100 file holds "
+                        f"(nothing of it was run). It is not the official file, or it was altered. "
+                        f"{how_to_get_cifar(path.parent.parent)}") from None
     except Exception as exc:  # UnpicklingError, EOFError, ValueError... on truncated or foreign files
         raise DataError(f"CIFAR-100 file {path} is corrupt ({type(exc).__name__}: {exc}). "
                         f"{how_to_get_cifar(path.parent.parent)}") from exc

@@ -5,8 +5,9 @@ the gradient norm, `optimizer.step()` (which quantizes, communicates and updates
 One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer steps done), `loss` (this step's
 training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
 ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wall_time` (since training started,
-evaluations included), the `time/*` breakdown of Table A.1 and `mem/peak_bytes`. Evaluation metrics (`val/*`,
-averaged over ranks) join the row of the step they follow; the evaluation before training is a row at step 0.
+evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of Fig. A.1 (see
+src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step they follow;
+the evaluation before training is a row at step 0.
 
 Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
@@ -20,6 +21,14 @@ checkpoint's `Progress` (steps done, skipped steps, training and wall time), wit
 Deliberate difference: the training loss is rank 0's, not averaged over ranks, so logging adds no collective to
 the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
 the optimizer communicates; for Lion (32/16bit) the paper does not say whether clipping precedes the allreduce.
+
+GPU path: one host synchronisation per step. The non-finite vote (`StepHooks.step_ok`) must reach the host before
+`optimizer.step()`, and its one transfer also brings the loss and gradient norm of the row; nothing else in a step
+waits for the device (checkpoints, the replica guard and evaluations do, at their own intervals). The `time/*` of a
+step are CUDA events, read once the device has run the step, which the next step's vote guarantees: a row is
+written when its timings are known, one step late on CUDA (at once on CPU), and without delay at checkpoints, at
+evaluations and at the end. `progress.train_time` of a checkpoint written by `nonfinite.policy=stop` lacks the
+time of the step before the stop on CUDA (its timings were not read yet).
 """
 from __future__ import annotations
 
@@ -34,7 +43,7 @@ from tqdm import tqdm
 
 from src.dist.setup import DistContext
 from src.engine.schedule import LRSchedule
-from src.engine.step_stats import PeakMemory, timing_row
+from src.engine.step_stats import PeakMemory, PendingRows
 from src.engine.tasks.base import Task
 from src.runlog.sinks import Sinks
 from src.reliability.hooks import StepHooks
@@ -62,31 +71,37 @@ class LoopResult:
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
-               hooks: StepHooks, stats=OFF) -> dict:
-    """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step."""
-    start = time.perf_counter()
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    with timer.phase("data"):
-        batch = task.next_batch()
-    with timer.phase("forward"), amp:
-        loss = task.loss(model, batch)
-    with timer.phase("backward"):
-        loss.backward()
-    hooks.after_backward()
-    with timer.phase("clip"):
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
-        finite = hooks.step_ok(loss, norm)
-    if finite:
-        stats.before_step()
-        optimizer.step()
-        stats.after_step()
-    optimizer.zero_grad(set_to_none=True)
-    total = time.perf_counter() - start - stats.seconds  # the statistics' own time is time/stats, not the step's
-    row = {"loss": loss.item(), "lr": lr, "grad_norm": None if norm is None else norm.item()}
-    row.update(timing_row(timer.pop(), optimizer.timer.pop(), total))
-    row.update(stats.pop())
-    return row
+               hooks: StepHooks) -> dict:
+    """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step known on the
+    host: the step's `time/*` stay in `timer` and `optimizer.timer` (read by `PendingRows`, which leaves the
+    statistics' own `time/stats` out of `time/total`)."""
+    with timer.phase("total"):
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        with timer.phase("data"):
+            batch = task.next_batch()
+        with timer.phase("forward"), amp:
+            loss = task.loss(model, batch)
+        with timer.phase("backward"):
+            loss.backward()
+        hooks.after_backward()
+        with timer.phase("clip"):
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
+            verdict = hooks.step_ok(loss, norm)  # the step's one host synchronisation, loss and norm included
+        if verdict:
+            stats.before_step()
+            optimizer.step()
+            stats.after_step()
+        optimizer.zero_grad(set_to_none=True)
+    return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}
+
+
+def _log(rows: list[dict], result: LoopResult, sinks: Sinks) -> None:
+    """Log completed rows, adding each step's time to the running training time (the loss-vs-time x-axis)."""
+    for row in rows:
+        result.train_time += row["time/total"]
+        row["train_time"] = result.train_time
+        sinks.log(row)
 
 
 def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
@@ -112,25 +127,28 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
         result.last_eval = _evaluate(task, model, amp, 0, ctx.is_main)
         sinks.log({"step": 0, unit: 0, "train_time": 0.0, "wall_time": time.perf_counter() - start,
                    **result.last_eval})
-    for step in range(progress.step + 1, total_steps + 1):
-        hooks.begin(step)
-        stats.begin(step)
-        row = {"step": step}
-        row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats))
-        result.train_time += row["time/total"]
-        result.peak_memory_bytes = memory.peak()
-        row.update({unit: step * per_step, "train_time": result.train_time, "mem/peak_bytes": result.peak_memory_bytes,
-                    "skipped_steps": progress.skipped_steps})
-        if step == total_steps or (every and step % every == 0):
-            result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
-            row.update(result.last_eval)
-        row["wall_time"] = time.perf_counter() - start
-        sinks.log(row)
-        result.steps, result.last_loss = step, row["loss"]
-        progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
-        hooks.end(step)
-        bar.update(1)
-        bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", refresh=False)
+    pending = PendingRows()
+    try:
+        for step in range(progress.step + 1, total_steps + 1):
+            hooks.begin(step)
+            stats.begin(step)
+            row = {"step": step}
+            row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats))
+            row.update({unit: step * per_step, **memory.row(), "skipped_steps": progress.skipped_steps})
+            result.peak_memory_bytes = row["mem/peak_bytes"]
+            if step == total_steps or (every and step % every == 0):
+                result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
+                row.update(result.last_eval)
+            row["wall_time"] = time.perf_counter() - start
+            pending.add(row, timer.take(), optimizer.timer.take())
+            _log(pending.complete(wait=hooks.saves_at(step)), result, sinks)  # a checkpoint records train_time
+            result.steps, result.last_loss = step, row["loss"]
+            progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
+            hooks.end(step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", refresh=False)
+    finally:  # rows of every step the device has run, also when a step raised (e.g. nonfinite.policy=stop)
+        _log(pending.complete(), result, sinks)
     bar.close()
     result.wall_time = time.perf_counter() - start
     return result

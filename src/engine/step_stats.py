@@ -1,9 +1,19 @@
 """Per-step timing breakdown and peak memory, the columns of Table A.1 and Fig. A.1 (Lion Cub, Appendix A.1).
 
-The loop's own `PhaseTimer` measures `data`, `forward`, `backward` and `clip`; the optimizer's timer measures
-`quantize`, `communicate` and `update` inside `step()`. `time/total` is the wall time of the whole step, so
-`time/total - sum(phases)` is what no phase accounts for (Python overhead, setting the learning rate).
-Peak memory is CUDA's max allocated bytes on GPU, and the largest resident set size seen so far on CPU (psutil).
+The loop's own `PhaseTimer` measures `data`, `forward`, `backward`, `clip` and the whole step (`total`); the
+optimizer's timer measures `quantize`, `communicate` and `update` inside `step()`. `time/total - sum(phases)` is
+what no phase accounts for (Python overhead, setting the learning rate). On CUDA the phases are CUDA events read
+once the device has run the step (src/utils/timing.py): `PendingRows` holds each step's row until then and hands the
+rows back, complete and in step order, without a synchronisation of its own; on CPU a row is complete at once.
+
+Peak memory (Fig. A.1), as `mem/*` keys of every row: on CUDA, `mem/peak_allocated_bytes`
+(`torch.cuda.max_memory_allocated`: tensors alive at the peak) and `mem/peak_reserved_bytes`
+(`torch.cuda.max_memory_reserved`: what the caching allocator held, so fragmentation and cached free blocks
+count); `mem/peak_bytes` repeats the allocated peak, as before. On CPU, `mem/peak_bytes` is the largest resident set
+size seen so far (psutil). Both are peaks since the start of the process. What still escapes them on CUDA: NCCL's
+own buffers (allocated by NCCL outside PyTorch's allocator; they grow with NCCL_BUFFSIZE, the number of channels
+and of peers), the CUDA context, and library workspaces created outside the caching allocator; `nvidia-smi` shows
+the process's total.
 
 Deliberate difference from Table A.1: the paper's "Update Step" column includes quantization; here `quantize` is
 its own column (see src/utils/timing.py) and the summary adds the two where it mimics the paper's grouping.
@@ -12,6 +22,8 @@ from __future__ import annotations
 
 import psutil
 import torch
+
+from src.utils.timing import Spans
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
 LOOP_PHASES = ("data", "forward", "backward", "clip")
@@ -28,8 +40,33 @@ def timing_row(loop_times: dict[str, float], optimizer_times: dict[str, float], 
     return row
 
 
+class PendingRows:
+    """Step rows waiting for their `time/*` until the device has run the step (at once on CPU)."""
+
+    def __init__(self):
+        self._waiting: list[tuple[dict, Spans, Spans]] = []
+
+    def add(self, row: dict, loop: Spans, optimizer: Spans) -> None:
+        """`loop` holds the step's `total` phase (outermost, so recorded last) and the loop's phases."""
+        self._waiting.append((row, loop, optimizer))
+
+    def complete(self, wait: bool = False) -> list[dict]:
+        """The rows whose steps the device has run, in step order, with their `time/*` filled in; with `wait`,
+        every row (after at most one synchronisation: on the newest step, which ends after all older ones)."""
+        if wait and self._waiting:
+            self._waiting[-1][1].wait()
+        done = []
+        while self._waiting and self._waiting[0][1].ready() and self._waiting[0][2].ready():
+            row, loop, optimizer = self._waiting.pop(0)
+            loop_times = loop.seconds()
+            total = loop_times.pop("total", 0.0) - (row.get("time/stats") or 0.0)  # statistics: their own time/stats
+            row.update(timing_row(loop_times, optimizer.seconds(), total))
+            done.append(row)
+        return done
+
+
 class PeakMemory:
-    """Peak memory of this process on its device, in bytes."""
+    """Peak memory of this process on its device, in bytes (see the module docstring for what each key covers)."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -44,3 +81,11 @@ class PeakMemory:
             return int(torch.cuda.max_memory_allocated(self.device))
         self._peak_rss = max(self._peak_rss, self._process.memory_info().rss)
         return self._peak_rss
+
+    def row(self) -> dict[str, int]:
+        """The `mem/*` keys of a step row (allocator statistics and RSS are host-side: no device synchronisation)."""
+        peak = self.peak()
+        if self.device.type != "cuda":
+            return {"mem/peak_bytes": peak}
+        return {"mem/peak_bytes": peak, "mem/peak_allocated_bytes": peak,
+                "mem/peak_reserved_bytes": int(torch.cuda.max_memory_reserved(self.device))}

@@ -174,12 +174,18 @@ class GPT(nn.Module):
             )
         if idx.numel() == 0:
             return
-        lo, hi = (int(v) for v in torch.aminmax(idx))  # one device sync
-        if hi >= self.config.vocab_size or lo < 0:
+        # Checked where the ids are, without a host synchronisation: on CPU `_assert_async` raises here; on CUDA
+        # it is a device-side assertion (as an out-of-range embedding lookup would be). Training data is checked
+        # against vocab_size once, when it is opened (src.data.text_loader.validate_token_folder).
+        in_range = ((idx >= 0) & (idx < self.config.vocab_size)).all()
+        try:
+            torch._assert_async(in_range, "token ids out of range")
+        except RuntimeError:
+            lo, hi = (int(v) for v in torch.aminmax(idx))
             raise ValueError(
                 f"token ids must lie in [0, vocab_size={self.config.vocab_size}), "
                 f"got min {lo}, max {hi}"
-            )
+            ) from None
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         """idx, targets: (B, T) int64. Returns logits (B, T, vocab) and the

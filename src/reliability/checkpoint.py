@@ -13,6 +13,15 @@ Every file is written to a temporary name, flushed, fsynced and renamed, so a cr
 or a complete new file. A folder without a manifest, or whose files do not match their checksums, is not a
 checkpoint: `latest()` skips it and returns the newest one that verifies. Rank 0 deletes all but the newest `keep`.
 All ranks must call `save` and `latest` together (they use barriers and a broadcast when a process group is up).
+
+Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=`
+may name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only
+tensors, containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
+reconstruction, for the NumPy RNG state). `open()` also scans this rank's files before anything is loaded
+(`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and
+refuses a file that names anything else, naming the file and the globals, so `resume=` fails before training
+starts. Tensors are loaded onto the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs
+resumes on CPUs and back (src/reliability/train_state.py moves each piece where it belongs).
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import re
 import shutil
 import time
@@ -27,12 +37,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
 
 FORMAT = 1
+_NUMPY_CORE = getattr(np, "_core", None) or np.core
+# what a checkpoint holds beyond tensors, containers and plain values: NumPy's global RNG state (an ndarray)
+SAFE_GLOBALS = [(_NUMPY_CORE.multiarray._reconstruct, "numpy._core.multiarray._reconstruct"),
+                (_NUMPY_CORE.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+                np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 
 
@@ -181,10 +197,39 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint {folder} was written by {found.manifest['world_size']} ranks, but this "
                                   f"run has world_size={self.world_size}: per-rank optimizer state (each rank's own "
                                   "momentum) cannot be remapped; resume with the same number of ranks")
+        for name in ("model.pt", rank_file(self.rank)):
+            check_safe(folder / name)
         return found
 
     def load(self, checkpoint: Checkpoint, map_location: str | torch.device = "cpu") -> tuple[dict, dict]:
-        """(model_state, this rank's state) of a verified checkpoint."""
-        model = torch.load(checkpoint.path / "model.pt", map_location=map_location, weights_only=False)
-        mine = torch.load(checkpoint.path / rank_file(self.rank), map_location=map_location, weights_only=False)
-        return model, mine
+        """(model_state, this rank's state) of a verified checkpoint, loaded safely (see the module docstring)."""
+        return (load_safe(checkpoint.path / "model.pt", map_location),
+                load_safe(checkpoint.path / rank_file(self.rank), map_location))
+
+
+def _allowed_names() -> set[str]:
+    return {entry[1] if isinstance(entry, tuple) else f"{entry.__module__}.{entry.__qualname__}"
+            for entry in SAFE_GLOBALS}
+
+
+def check_safe(path: Path) -> None:
+    """Raise CheckpointError when the pickle in `path` names a global that a checkpoint never holds (nothing runs)."""
+    try:
+        unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - _allowed_names()
+    except Exception as exc:  # not a torch zip file, truncated archive ...
+        raise CheckpointError(f"{path} is not a checkpoint file torch can read ({type(exc).__name__}: {exc})") from exc
+    if unsafe:
+        raise CheckpointError(f"{path} was refused: its pickle would call {', '.join(sorted(unsafe))}, which no "
+                              "lioncub checkpoint holds (nothing of it was run). It was not written by lioncub, or "
+                              "it was altered; resume from a checkpoint you trust")
+
+
+def load_safe(path: Path, map_location: str | torch.device = "cpu") -> Any:
+    """`torch.load(path, weights_only=True)` with SAFE_GLOBALS; CheckpointError naming the file otherwise."""
+    try:
+        with torch.serialization.safe_globals(SAFE_GLOBALS):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:  # torch's message ends with advice to load unsafely: keep the reason
+        reason = re.search(r"WeightsUnpickler error: (.*?)(?: Please use|\n|$)", str(exc))
+        raise CheckpointError(f"{path} was refused by the safe loader (nothing of it was run): "
+                              f"{reason.group(1) if reason else str(exc).splitlines()[0]}") from None

@@ -6,12 +6,12 @@ the pre-step RNG and data position are kept, so the "last good state" can be sav
 `end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the replica guard every
 `guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps and at the end).
 
-Non-finite policy (`nonfinite.policy`): every rank votes with `all_ranks_finite` (one single-element MIN allreduce,
-timed as part of the `clip` phase), so no rank enters the optimizer's quantizer or collective with a NaN and all
-ranks take the same decision. `skip`: the step's gradients are dropped on every rank (no optimizer step; the
-momentum and parameters keep their values; the schedule still advances, as the step is counted in
-`skipped_steps`). `stop`: the state before this step is checkpointed as step-1 and `NonFiniteStepError` names the
-step and the ranks that saw the non-finite value.
+Non-finite policy (`nonfinite.policy`): every rank votes with `vote` (one single-element MIN allreduce, then one
+host transfer that also brings the loss and gradient norm the loop logs; timed as part of the `clip` phase), so
+no rank enters the optimizer's quantizer or collective with a NaN and all ranks take the same decision. `skip`:
+the step's gradients are dropped on every rank (no optimizer step; the momentum and parameters keep their values;
+the schedule still advances, as the step is counted in `skipped_steps`). `stop`: the state before this step is
+checkpointed as step-1 and `NonFiniteStepError` names the step and the ranks that saw the non-finite value.
 """
 from __future__ import annotations
 
@@ -26,12 +26,7 @@ from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
 from src.reliability.faults import Faults
 from src.reliability.guard import check_replicas
-from src.reliability.nonfinite import (
-    POLICIES,
-    NonFiniteStepError,
-    all_ranks_finite,
-    step_is_finite,
-)
+from src.reliability.nonfinite import POLICIES, NonFiniteStepError, Verdict, vote
 from src.reliability.rng import capture_rng_state
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
@@ -76,18 +71,19 @@ class StepHooks:
     def after_backward(self) -> None:
         self.faults.maybe_nan(self.step, self.params)
 
-    def step_ok(self, loss, grad_norm) -> bool:
-        """True when every rank's loss and gradients are finite; otherwise skip (False) or stop (raises)."""
-        local = step_is_finite(loss, grad_norm, self.params)
-        if all_ranks_finite(local):
-            return True
-        bad = [r for r, ok in enumerate(gather_objects(bool(local))) if not ok]
+    def step_ok(self, loss, grad_norm) -> Verdict:
+        """A true verdict when every rank's loss and gradients are finite; otherwise skip (a false verdict) or stop
+        (raises). The verdict carries this rank's loss and gradient norm: the step's one host transfer (`vote`)."""
+        verdict = vote(loss, grad_norm, self.params)
+        if verdict:
+            return verdict
+        bad = [r for r, ok in enumerate(gather_objects(verdict.local_ok)) if not ok]
         if self.policy == "skip":
             self.progress.skipped_steps += 1
             if self.ctx.is_main:
                 print(f"lioncub: step {self.step}: non-finite loss or gradient on rank(s) {bad}; step skipped on all "
                       f"ranks ({self.progress.skipped_steps} skipped so far)", flush=True)
-            return False
+            return verdict
         rng, data = self._before
         path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data)
         raise NonFiniteStepError(f"non-finite loss or gradient at step {self.step} on rank(s) {bad} "
@@ -95,9 +91,13 @@ class StepHooks:
                                  f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
                                  "nonfinite.policy=skip")
 
+    def saves_at(self, step: int) -> bool:
+        """Whether `end(step)` writes a checkpoint (every `checkpoint.every` steps and at the last step)."""
+        return step == self.total_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
+
     def end(self, step: int) -> None:
         self.faults.maybe_perturb(step, self.params)
-        saving = step == self.total_steps or (self.checkpoint_every and step % self.checkpoint_every == 0)
+        saving = self.saves_at(step)
         if self.guard_every and (saving or step % self.guard_every == 0):
             check_replicas(self.named, step)
         if saving:

@@ -5,8 +5,15 @@ with one allreduce of a single flag (MIN), so every rank takes the same decision
 `skip` all ranks skip the optimizer step together (gradients are dropped, the momentum and parameters keep their
 values, the step is counted and logged); with `stop` they stop cleanly. Without that agreement one rank would skip
 while the others wait for it in the reducer's collective.
+
+`vote(loss, grad_norm)` is what the training loop calls: the same allreduce, then ONE device-to-host transfer of
+[agreed flag, local flag, loss, gradient norm]. The host must know the verdict before `optimizer.step()` (every rank
+must enter the reducer's collectives, or none), so this transfer is the step's one host synchronisation on a GPU;
+the loss and gradient norm the loop logs ride along with it instead of costing two `.item()` calls of their own.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -20,25 +27,57 @@ class NonFiniteStepError(RuntimeError):
     """Training stopped on a non-finite loss or gradient (policy `stop`)."""
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The step's vote as the host sees it; true when every rank's loss and gradients are finite."""
+
+    ok: bool
+    local_ok: bool  # this rank's own verdict
+    loss: float  # this rank's loss
+    grad_norm: float | None  # this rank's total gradient norm before clipping (None when not clipped)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
 def step_is_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=None) -> torch.Tensor:
     """A 0-dim bool tensor: the loss and every gradient are finite on this rank.
 
     The total gradient norm (as computed for clipping) is finite exactly when every gradient element is finite
-    (barring overflow of a huge finite norm, which is as fatal); without it, the gradients are checked directly.
+    (barring overflow of a huge finite norm, which is as fatal); without it, the gradients' norms are taken with
+    one foreach kernel (same caveat).
     """
     ok = torch.isfinite(loss.detach()).all()
     if grad_norm is not None:
         return ok & torch.isfinite(grad_norm)
-    for p in params or ():
-        if p.grad is not None:
-            ok = ok & torch.isfinite(p.grad).all()
+    grads = [p.grad for p in params or () if p.grad is not None]
+    if grads:
+        ok = ok & torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()
     return ok
 
 
-def all_ranks_finite(local: torch.Tensor, group=None) -> bool:
-    """True when the step is finite on every rank (one single-element allreduce when a group is up)."""
+def agreed_flag(local: torch.Tensor, group=None) -> torch.Tensor:
+    """A 1-element int32 tensor on the collective's device: 1 when `local` is true on every rank (no host sync)."""
     flag = local.detach().to(torch.int32).reshape(1)
     if dist.is_initialized() and dist.get_world_size(group) > 1:
         flag = on_collective_device(flag, group)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
-    return bool(flag.item())
+    return flag
+
+
+def all_ranks_finite(local: torch.Tensor, group=None) -> bool:
+    """True when the step is finite on every rank (one single-element allreduce when a group is up)."""
+    return bool(agreed_flag(local, group).item())
+
+
+def vote(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=None, group=None) -> Verdict:
+    """Every rank's verdict on this step, with this rank's loss and gradient norm, in one host transfer."""
+    local = step_is_finite(loss, grad_norm, params)
+    flag = agreed_flag(local, group)
+    parts = [flag.to(torch.float64), local.reshape(1).to(flag.device, torch.float64),
+             loss.detach().reshape(1).to(flag.device, torch.float64)]
+    if grad_norm is not None:
+        parts.append(grad_norm.detach().reshape(1).to(flag.device, torch.float64))
+    values = torch.cat(parts).tolist()  # the one transfer
+    return Verdict(ok=values[0] == 1.0, local_ok=values[1] == 1.0, loss=values[2],
+                   grad_norm=values[3] if grad_norm is not None else None)

@@ -9,6 +9,12 @@ the variant and the parameter shapes, which `src.reliability.resume` checks befo
 
 Restoring order matters for bitwise equality: model, optimizer and data position first, the RNG states last (a
 data loader may draw from the global generator when it is rebuilt).
+
+Across devices: every file is loaded onto the CPU (safely: src.reliability.checkpoint), then the model's
+`load_state_dict` copies into the parameters on their device, and the optimizer's moves the momenta to it (torch
+keeps `step` counters on the CPU, as it makes them). Generator states follow the rule of src.reliability.rng: one
+whose size belongs to another device type (a reducer's stochastic-rounding stream saved on CPU, resumed on CUDA,
+or back; the CUDA generator) is left at this run's seed, with a note on rank 0.
 """
 from __future__ import annotations
 
@@ -17,9 +23,10 @@ from pathlib import Path
 
 import torch
 
+from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
-from src.reliability.checkpoint import Checkpoint, CheckpointManager
-from src.reliability.rng import capture_rng_state, restore_rng_state
+from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
+from src.reliability.rng import capture_rng_state, fits_generator, restore_rng_state
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -59,11 +66,30 @@ def save(manager: CheckpointManager, model, optimizer, task, progress: Progress,
     return manager.save(progress.step, rank_state(optimizer, task, progress, rng, data), model_state, meta)
 
 
+def portable_optimizer_state(state: dict, device: torch.device) -> tuple[dict, list[str]]:
+    """`state` without the reducer's generator states that do not fit a generator on `device`, and a note for each."""
+    reducer = state.get("reducer")
+    if not isinstance(reducer, dict):
+        return state, []
+    kept = {k: v for k, v in reducer.items()
+            if not (k.startswith("generator") and isinstance(v, torch.Tensor) and not fits_generator(v, device))}
+    notes = [f"the reducer's {k} ({reducer[k].numel()} bytes) belongs to another device type than {device.type}: "
+             "its stochastic-rounding stream restarts from its seed" for k in sorted(set(reducer) - set(kept))]
+    return {**state, "reducer": kept}, notes
+
+
 def restore(manager: CheckpointManager, checkpoint: Checkpoint, model, optimizer, task) -> Progress:
     """Load `checkpoint` into this rank's model, optimizer, data position and RNGs; returns the loop's progress."""
-    model_state, mine = manager.load(checkpoint, map_location="cpu")  # RNG states must stay on the CPU
+    try:
+        model_state, mine = manager.load(checkpoint, map_location="cpu")  # RNG states must stay on the CPU
+    except CheckpointError as exc:
+        raise SetupError(f"resume from {checkpoint.path}: {exc}") from exc
     model.load_state_dict(model_state)
-    optimizer.load_state_dict(mine["optimizer"])
+    optimizer_state, notes = portable_optimizer_state(mine["optimizer"], next(model.parameters()).device)
+    optimizer.load_state_dict(optimizer_state)
     task.load_data_state(mine["data"])
-    restore_rng_state(mine["rng"])
+    notes += restore_rng_state(mine["rng"])
+    if manager.rank == 0:
+        for note in notes:
+            print(f"lioncub: note: resuming {checkpoint.path}: {note}", flush=True)
     return Progress(**mine["progress"])

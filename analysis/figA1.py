@@ -1,0 +1,141 @@
+"""Fig. A.1 of the Lion Cub paper from run folders: the peak memory of training GPT, per variant and model size.
+
+    python -m analysis.figA1 RUN_DIR_OR_FOLDER [...] --out FOLDER
+
+An argument is a run folder (it holds metrics.jsonl) or a folder of run folders. Each run's peak is the largest
+value of its rows' `mem/*` keys (src/engine/step_stats.py): on CUDA `mem/peak_allocated_bytes` (tensors alive) and
+`mem/peak_reserved_bytes` (what PyTorch's caching allocator held: fragmentation and cached blocks included; NCCL's
+own buffers are in neither); on CPU `mem/peak_bytes` (the process's resident set size). Bars are grouped by model
+size (the run's parameter count, from summary.json), one bar per run label (`run.label`, else the variant); runs
+of one label and size (several seeds or ranks' views) show their largest peak. CUDA runs draw two panels,
+allocated and reserved; CPU runs draw RSS. Writes FOLDER/figA1.png, FOLDER/figA1.pdf and FOLDER/figA1.csv.
+Exits with status 2 and says what is missing when no run, or no run with the memory keys, is given.
+
+Deliberate difference from the paper: the paper shows one maximum per method and size without saying which
+allocator statistic; we show allocated and reserved side by side, and CPU runs on their own panel.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis.runs import Run, load_run  # noqa: E402
+
+VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
+PANELS = {"allocated": ("mem/peak_allocated_bytes", "CUDA peak allocated"),
+          "reserved": ("mem/peak_reserved_bytes", "CUDA peak reserved"),
+          "rss": ("mem/peak_bytes", "CPU peak RSS")}
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """Run folders among `paths` and their direct subfolders."""
+    found = []
+    for path in map(Path, paths):
+        if (path / "metrics.jsonl").is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += sorted(p for p in path.iterdir() if (p / "metrics.jsonl").is_file())
+    return found
+
+
+def _peak(run: Run, key: str) -> int | None:
+    values = [r[key] for r in run.rows if r.get(key) is not None]
+    return max(values) if values else None
+
+
+def memory_row(run: Run) -> dict | None:
+    """Label, size and peaks of one run; None when its rows carry no memory key."""
+    cuda = _peak(run, PANELS["allocated"][0])
+    row = {"label": run.label, "run": str(run.path), "params": run.summary.get("model_parameters"),
+           "world_size": run.summary.get("world_size"), "device": "cuda" if cuda is not None else "cpu"}
+    if cuda is not None:
+        row.update(allocated=cuda, reserved=_peak(run, PANELS["reserved"][0]))
+    else:
+        rss = _peak(run, PANELS["rss"][0])
+        if rss is None:
+            return None
+        row["rss"] = rss
+    return row
+
+
+def size_label(params: int | None) -> str:
+    return "?" if not params else f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
+
+
+def collect(rows: list[dict], panel: str) -> dict[tuple[str, str], int]:
+    """(size, label) -> the largest peak of that panel among the rows."""
+    out: dict[tuple[str, str], int] = {}
+    for r in rows:
+        if r.get(panel) is not None:
+            key = (size_label(r["params"]), r["label"])
+            out[key] = max(out.get(key, 0), r[panel])
+    return out
+
+
+def plot(rows: list[dict], out: Path) -> list[Path]:
+    panels = [p for p in PANELS if any(r.get(p) is not None for r in rows)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    order = {v: i for i, v in enumerate(VARIANT_ORDER)}
+    for ax, panel in zip(axes[0], panels):
+        peaks = collect(rows, panel)
+        params = {size_label(r["params"]): r["params"] or 0 for r in rows}
+        sizes = sorted({s for s, _ in peaks}, key=params.get)
+        labels = sorted({l for _, l in peaks}, key=lambda l: (order.get(l, len(order)), l))
+        width = 0.8 / len(labels)
+        for i, label in enumerate(labels):
+            xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(sizes))]
+            ax.bar(xs, [peaks.get((s, label), 0) / 2**30 for s in sizes], width, label=label)
+        ax.set_xticks(range(len(sizes)), sizes)
+        ax.set_xlabel("model size (parameters)")
+        ax.set_ylabel("peak memory per process (GiB)")
+        ax.set_title(PANELS[panel][1])
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("Fig. A.1: maximum memory when training GPT")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "figA1.png", out / "figA1.pdf"]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    fields = ["label", "params", "world_size", "device", "allocated", "reserved", "rss", "run"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows({k: r.get(k) for k in fields} for r in rows)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", help="run folders, or folders of run folders")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    run_dirs = find_runs(args.runs)
+    if not run_dirs:
+        print(f"figA1: no run folder (with metrics.jsonl) in {', '.join(args.runs)}", file=sys.stderr)
+        return 2
+    rows = [row for row in (memory_row(load_run(d)) for d in run_dirs) if row is not None]
+    if not rows:
+        keys = ", ".join(key for key, _ in PANELS.values())
+        print(f"figA1: none of the {len(run_dirs)} run(s) logged peak memory ({keys}); they were written before "
+              "lioncub logged memory, or are not training runs", file=sys.stderr)
+        return 2
+    paths = [*plot(rows, Path(args.out)), write_csv(rows, Path(args.out) / "figA1.csv")]
+    for path in paths:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""Optimizer memory per parameter, kept between steps and at the peak of a step (Lion Cub, Appendix A.1, Fig. A.1).
+
+    python -m src.bench.memory [--layers 7] [--embd 512] [--variants lion32 cub4 ...] [--device cpu] [--out FILE]
+
+For every variant (conf/variant/*.yaml), one process with a one-rank process group steps the optimizer of a
+GPT-2++ (default: 7 layers, width 512, 1024 positions, GPT-2 vocabulary: 48.7M parameters) whose gradients are
+set directly (no forward or backward: the optimizer's memory alone). Every tensor storage the optimizer allocates
+inside `step()` is followed from its allocation until its last tensor dies (a TorchDispatchMode), so:
+
+- kept: bytes the optimizer holds between steps (workspaces, reducer state), after its second step;
+- peak: the most bytes it held at once during the second step, kept bytes included;
+
+both beyond parameters, gradients and momentum (`exp_avg`, which every Lion variant keeps), and divided by the
+number of parameters. The numbers are exact for what goes through torch's allocator and independent of the
+machine's load; allocations outside torch (numpy's packbits in the 1-bit CPU path) are not seen, and the world
+size is 1 (buffers that scale with it, e.g. a parameter server's gather, are at their smallest). On CUDA the
+runs' own `mem/peak_allocated_bytes` and `mem/peak_reserved_bytes` (Fig. A.1, analysis/figA1.py) are the measure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import weakref
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from tqdm import tqdm
+
+from src.models.gpt import build_gpt
+from src.optim.factory import build_optimizer
+
+VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
+CONF = Path(__file__).resolve().parents[2] / "conf" / "variant"
+
+
+class StorageTracker(TorchDispatchMode):
+    """Bytes of the storages that ops allocate while it is active, until each storage's last tensor dies."""
+
+    def __init__(self):
+        super().__init__()
+        self._live: dict[int, list[int]] = {}  # storage address -> [bytes, live tensors]
+        self.current = self.peak = 0
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def _release(self, key: int) -> None:
+        entry = self._live.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.current -= entry[0]
+                del self._live[key]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.untyped_storage().nbytes() == 0:
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key in inputs and key not in self._live:
+                continue  # written in place or a view of something allocated before tracking
+            entry = self._live.setdefault(key, [t.untyped_storage().nbytes(), 0])
+            if entry[1] == 0:
+                self.current += entry[0]
+                self.peak = max(self.peak, self.current)
+            entry[1] += 1
+            weakref.finalize(t, self._release, key)
+        return out
+
+
+def gpt(layers: int, embd: int, device: torch.device) -> torch.nn.Module:
+    with torch.device(device):
+        return build_gpt("124m", n_layer=layers, n_embd=embd, n_head=max(1, embd // 64))
+
+
+def measure(variant: str, model: torch.nn.Module) -> dict:
+    """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant."""
+    cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{variant}.yaml"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    generator = torch.Generator(device=params[0].device).manual_seed(0)
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=generator, device=p.device)
+    optimizer = build_optimizer(model, cfg, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
+    tracker = StorageTracker()
+    with tracker:
+        optimizer.step()  # first step: momentum and workspaces are made
+        tracker.reset_peak()
+        optimizer.step()
+    momentum = sum(optimizer.state[p]["exp_avg"].untyped_storage().nbytes() for p in params)
+    n = sum(p.numel() for p in params)
+    kept, peak = tracker.current - momentum, tracker.peak - momentum
+    del optimizer
+    return {"variant": variant, "parameters": n, "kept_bytes": kept, "peak_bytes": peak,
+            "kept_bytes_per_param": round(kept / n, 2), "peak_bytes_per_param": round(peak / n, 2)}
+
+
+def _one_rank_group() -> None:
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| variant | kept B/param | peak B/param | kept MB | peak MB |", "|---|---|---|---|---|"]
+    lines += [f"| {r['variant']} | {r['kept_bytes_per_param']} | {r['peak_bytes_per_param']} | "
+              f"{r['kept_bytes'] / 1e6:.1f} | {r['peak_bytes'] / 1e6:.1f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", type=int, default=7)
+    parser.add_argument("--embd", type=int, default=512)
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+    _one_rank_group()
+    model = gpt(args.layers, args.embd, torch.device(args.device))
+    rows = [measure(v, model) for v in tqdm(args.variants, desc="variants", unit="variant")]
+    print(f"optimizer memory beyond parameters, gradients and momentum ({rows[0]['parameters'] / 1e6:.1f}M "
+          f"parameters, one process, {args.device}):\n{table(rows)}")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
