@@ -71,7 +71,7 @@ class LoopResult:
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
-               hooks: StepHooks) -> dict:
+               hooks: StepHooks, stats=OFF) -> dict:
     """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step known on the
     host: the step's `time/*` stay in `timer` and `optimizer.timer` (read by `PendingRows`, which leaves the
     statistics' own `time/stats` out of `time/total`)."""
