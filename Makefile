@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 # Modules whose import proves the environment is complete; `install` is a no-op when they all import.
-CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest
+CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest, nbclient, nbformat, ipykernel
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-all bench-core
@@ -36,3 +36,9 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 .PHONY: table-a1
 table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
+
+.PHONY: figures
+RUNS ?= results/runs
+FIGURES_OUT ?= results/figures
+figures: install  ## every figure and table of the paper at laptop scale (FIGS=table2,fig5 picks some): runs, results/figures/index.md
+	$(PYTHON) -m experiments.figures --runs $(RUNS) --out $(FIGURES_OUT) $(if $(FIGS),--figs $(FIGS),) $(FIGURES_ARGS)
