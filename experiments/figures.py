@@ -12,7 +12,7 @@ run; call each manifest's analysis module on its finished runs (`python -m analy
 `--override` adds a Hydra override to every training run (they then get their own folders), e.g. a short smoke
 test with `--override train.steps=6`; `--no-run` only redraws from the runs already there.
 Exit status: 0 when every run and every analysis succeeded, 1 when some failed (the index says which), 2 for a
-bad manifest name or manifest.
+bad manifest name or manifest, 130 when interrupted (finished runs are kept; the same command goes on).
 """
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ from experiments.index import FigureEntry, write_index
 from experiments.manifest import REPO, Manifest, ManifestError, load_manifest, manifest_names
 from experiments.runner import Outcome, is_finished, recorded_seconds, run, run_folder
 
+
 def select(figs: str | None, scale: str, overrides: list[str]) -> list[Manifest]:
+    """The chosen manifests (all when `figs` is empty), with `overrides` added to every training run."""
     names = manifest_names() if not figs else [f.strip() for f in figs.split(",") if f.strip()]
     manifests = [load_manifest(n, scale) for n in names]
     if overrides:
@@ -81,6 +83,7 @@ def run_all(manifests: list[Manifest], root: Path) -> dict[str, Outcome]:
 
 
 def analyse(m: Manifest, outcomes: dict[str, Outcome], root: Path, out: Path) -> FigureEntry:
+    """Draw manifest `m` from its finished runs with its analysis module (a subprocess, as a user would)."""
     mine = [outcomes[run_folder(spec, root).name] for spec in m.runs]
     finished = [o.folder for o in mine if o.status in ("done", "reused") and is_finished(o.spec, o.folder)]
     entry = FigureEntry(m, out / m.name, mine)
@@ -117,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = {run_folder(s, root).name: Outcome(s, run_folder(s, root), "reused", recorded_seconds(s, root))
                     for m in manifests for s in m.runs}
     else:
-        outcomes = run_all(manifests, root)
+        try:
+            outcomes = run_all(manifests, root)
+        except KeyboardInterrupt:
+            print(f"\n[figures] interrupted; finished runs are kept in {root}: run the same command again to go on",
+                  file=sys.stderr)
+            return 130
     entries = [analyse(m, outcomes, root, out) for m in manifests]
     index = write_index(entries, out, time.perf_counter() - start)
     failed = [o.spec.name for o in outcomes.values() if o.status == "failed"]

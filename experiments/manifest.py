@@ -50,6 +50,9 @@ class ManifestError(ValueError):
 
 @dataclass
 class RunSpec:
+    """One run of a manifest: Hydra `overrides` (preset first; `seed=N` and `++run.label='...'` included) launched
+    with `launcher` on `nodes` x `nproc_per_node` processes; `module`/`args` for a non-training module (the
+    communication benchmark), `rate` the emulated link rate, `minutes` the estimated cost on 2 CPU cores."""
     name: str
     overrides: list[str]
     nodes: int = 1
@@ -77,6 +80,7 @@ class RunSpec:
 
 @dataclass
 class Manifest:
+    """One figure or table at one scale: its runs, the module that draws it and the paper's words about it."""
     name: str
     figure: str
     scale: str
