@@ -139,7 +139,8 @@ def checks(rows: list[dict]) -> list[Check]:
         if "cub1" in by and "cub4" in by:
             result.append(Check(f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack "
                                 "overhead, as the paper found at 2 nodes)",
-                                f"cub1 {by['cub1']['communicate_ms']:.1f} ms, cub4 {by['cub4']['communicate_ms']:.1f} ms",
+                                f"cub1 {by['cub1']['communicate_ms']:.1f} ms, "
+                                f"cub4 {by['cub4']['communicate_ms']:.1f} ms",
                                 by["cub1"]["communicate_ms"] > by["cub4"]["communicate_ms"]))
     return result
 

@@ -19,7 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.fig10 import TABLE_COLUMNS, finish_bars, network_label, stacked_bars, timed_runs, write_table  # noqa: E402
+from analysis.fig10 import (TABLE_COLUMNS, VARIANT_ORDER, finish_bars, network_label, stacked_bars,  # noqa: E402
+                            timed_runs, write_table)
 from analysis.fig13 import model_name  # noqa: E402
 from analysis.figure_cli import Check, Result, cli  # noqa: E402
 from analysis.runs import Run  # noqa: E402
@@ -37,7 +38,8 @@ def rows_of(runs: list[Run]) -> list[dict]:
     base = {key(r): r["total_ms"] for r in rows if r["kind"] == "lion32"}
     for r in rows:
         r["speedup_vs_lion32"] = round(base[key(r)] / r["total_ms"], 2) if key(r) in base else None
-    return sorted(rows, key=lambda r: (*key(r), r["kind"] != "lion32", r["kind"]))
+    order = {v: i for i, v in enumerate(VARIANT_ORDER)}
+    return sorted(rows, key=lambda r: (*key(r), order.get(r["kind"], len(order)), r["variant"]))
 
 
 def draw(rows: list[dict], out: Path) -> list[Path]:

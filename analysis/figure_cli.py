@@ -1,10 +1,11 @@
-"""What every figure and table script of analysis/ shares (contract: `python -m analysis.figN SOURCE... --out DIR`).
+"""What every figure and table script of analysis/ shares (contract: `python -m analysis.figN SOURCE... --out
+DIR`; Lion Cub, every figure and table).
 
-A script defines `make(runs, out) -> Result` and `main(argv)` = `cli(make, ...)`, which loads the runs of the sources (run folders,
-folders of runs, `wandb:ENTITY/PROJECT`), calls it, writes `<out>/findings.json` (the figure's files and its
-checks of the paper's findings, each computed from the measured numbers) and prints the checks. When the runs it
-needs are not there, `make` raises `MissingRuns` naming what is missing: the script prints it and exits with
-status 2 (as it does for a source that does not exist).
+A script defines `make(runs, out) -> Result` and `main(argv)` = `cli(make, ...)`, which loads the runs of the
+sources (run folders, folders of runs, `wandb:ENTITY/PROJECT`), calls `make`, writes `<out>/findings.json` (the
+figure's files and its checks of the paper's findings, each computed from the measured numbers) and prints the
+checks. When the runs it needs are not there, `make` raises `MissingRuns` naming what is missing: the script
+prints it and exits with status 2 (as it does for a source that does not exist).
 """
 from __future__ import annotations
 

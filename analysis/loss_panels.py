@@ -100,10 +100,11 @@ def finals(runs: list[Run], metric: str = "val/loss") -> str:
 
 
 def time_to(run: Run, target: float, metric: str = "val/loss") -> float | None:
-    """Training time of the first evaluation at or below `target` (at or above, for accuracy); None if never."""
+    """Training time of the first evaluation after step 0 at or below `target` (at or above, for accuracy); None
+    if never."""
     better = (lambda v: v >= target) if metric.endswith("acc") else (lambda v: v <= target)
-    return next((float(r["train_time"]) for r in run.eval_rows(metric) if "train_time" in r and better(r[metric])),
-                None)
+    return next((float(r["train_time"]) for r in run.eval_rows(metric)
+                 if r.get("step", 0) > 0 and "train_time" in r and better(r[metric])), None)
 
 
 def kind(run: Run) -> str:

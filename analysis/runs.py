@@ -89,15 +89,17 @@ def load_run(path: str | Path) -> Run:
 
 
 def find_run_dirs(folder: str | Path) -> list[Path]:
-    """`folder` itself when it is a run folder, else every run folder below it (sorted; checkpoints and W&B
-    folders are not searched)."""
+    """`folder` itself when it is a run folder, else every run folder below it (sorted; checkpoints, W&B folders
+    and the `.incomplete-N` folders `make figures` moves interrupted runs to are not searched)."""
     folder = Path(folder)
     if (folder / "metrics.jsonl").is_file():
         return [folder]
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder")
     found = []
-    for child in sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in ("checkpoints", "wandb")):
+    skip = ("checkpoints", "wandb")
+    children = [p for p in folder.iterdir() if p.is_dir() and p.name not in skip and ".incomplete-" not in p.name]
+    for child in sorted(children):
         found += find_run_dirs(child)
     return found
 

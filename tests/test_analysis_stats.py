@@ -41,10 +41,11 @@ def test_table2_equals_its_inputs_beside_the_paper(tmp_path):
     assert table2.main([str(tmp_path / "runs"), "--out", str(out)]) == 0
     with (out / "table2.csv").open() as f:
         rows = list(csv.DictReader(f))
-    ours = {(int(r["workers"]), r["lion"], r["vote"]): float(r["percent"]) for r in rows if r["source"].startswith("ours")}
+    cells = {(r["source"].split(":")[0], int(r["workers"]), r["lion"], r["vote"]): float(r["percent"]) for r in rows}
+    ours = {k[1:]: v for k, v in cells.items() if k[0] == "ours"}
     assert ours == {(4, a, b): T4[(a, b)] for a in SIGNS for b in SIGNS} | {(8, a, b): T8[(a, b)] for a in SIGNS
                                                                            for b in SIGNS}
-    paper = {(int(r["workers"]), r["lion"], r["vote"]): float(r["percent"]) for r in rows if r["source"].startswith("paper")}
+    paper = {k[1:]: v for k, v in cells.items() if k[0].startswith("paper")}
     assert paper[(4, "pos", "zero")] == 18.59 and paper[(8, "pos", "pos")] == 32.08
     md = (out / "table2.md").read_text()
     assert "| +1 | 29.00% / 32.50% | 29.15% / 32.08% |" in md and "step 20" in md
