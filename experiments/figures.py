@@ -92,7 +92,7 @@ def analyse(m: Manifest, outcomes: dict[str, Outcome], root: Path, out: Path) ->
         return entry
     cmd = [sys.executable, "-m", m.analysis, *map(str, finished), "--out", str(out / m.name)]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    entry.returncode, entry.command = proc.returncode, cmd
+    entry.returncode = proc.returncode
     if proc.returncode != 0:
         entry.message = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
     tqdm.write(f"[figures] {m.name}: {m.analysis} " + ("ok" if proc.returncode == 0 else f"failed: {entry.message}"))

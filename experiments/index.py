@@ -24,7 +24,6 @@ class FigureEntry:
     outcomes: list = field(default_factory=list)
     returncode: int | None = None
     message: str = ""
-    command: list[str] = field(default_factory=list)
 
     def findings(self) -> dict | None:
         path = self.out / "findings.json"
@@ -83,7 +82,8 @@ def section(entry: FigureEntry, index_dir: Path) -> list[str]:
         lines += [""] + [f"- {note}" for note in findings.get("notes", [])] + [""]
     runs = ", ".join(f"`{o.spec.name}` ({o.status}" + (f", {o.seconds:.0f} s)" if o.seconds else ")")
                      for o in entry.outcomes)
-    lines += [f"Runs ({m.scale} scale, manifest `experiments/{m.name}.yaml`): {runs}.", ""]
+    lines += [f"Runs ({m.scale} scale, manifest `experiments/{m.name}.yaml`): {runs}. Drawn by "
+              f"`python -m {m.analysis} RUN... --out {entry.out.name}/`.", ""]
     return lines
 
 
