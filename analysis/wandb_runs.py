@@ -7,7 +7,8 @@ paper's curves and statistics were logged to W&B).
 `runs_from_wandb` asks the W&B API (the user must be logged in: `wandb login`); everything after the download is
 `run_from_wandb`, a pure conversion of one run's config, history rows and summary, which the tests exercise on the
 offline W&B file of a real run. History rows keep our keys (`loss`, `val/loss`, `time/*`, `stats/...`; W&B's own
-`_step`, `_runtime`, `_timestamp` are dropped, `_step` fills a missing `step`). W&B holds no `provenance.json`:
+`_step`, `_runtime`, `_timestamp` are dropped, `_step` fills a missing `step`; histograms come as one dict from
+the API and as `<key>/_type|bins|values` from an offline run file, `regroup` makes them one). W&B holds no `provenance.json`:
 world size, nodes and network come from the summary and config. W&B histograms of the update values
 (`stats/hist/values/<layer>`, `stats/hist/log10_abs/<layer>`) become the histogram part of the statistics arrays
 of that step (see analysis/runs.py); the other arrays exist only in run folders.
@@ -28,6 +29,18 @@ HIST_PREFIX = {"stats/hist/values/": "hist_values", "stats/hist/log10_abs/": "hi
 
 def _is_histogram(value) -> bool:
     return isinstance(value, dict) and value.get("_type") == "histogram"
+
+
+def regroup(item: dict) -> dict:
+    """A history row with each histogram as one dict: the W&B API gives `{"_type": "histogram", "bins": [...],
+    "values": [...]}` under the key, an offline run file read back gives `<key>/_type`, `<key>/bins` and
+    `<key>/values`."""
+    item = dict(item)
+    for key in [k for k, v in item.items() if k.endswith("/_type") and v == "histogram"]:
+        base = key[: -len("/_type")]
+        item[base] = {"_type": item.pop(key), "bins": item.pop(f"{base}/bins", []),
+                      "values": item.pop(f"{base}/values", [])}
+    return item
 
 
 def history_row(item: dict) -> dict:
@@ -72,7 +85,7 @@ def _provenance(config: dict, summary: dict) -> dict:
 def run_from_wandb(name: str, config: dict, history: list[dict], summary: dict) -> Run:
     """A `Run` from what W&B holds of one run: its config, its history rows (in any order) and its summary."""
     rows, arrays = [], {}
-    for item in history:
+    for item in map(regroup, history):
         row = history_row(item)
         if len(row) > 1 or "step" not in row:
             rows.append(row)

@@ -107,3 +107,9 @@ def test_wandb_histograms_become_statistics_arrays():
     assert np.isclose((dens * np.diff(edges[1])).sum(), 1.0) and np.allclose(x, (edges[1][:-1] + edges[1][1:]) / 2)
     run = run_from_wandb("me/p/r", {}, [item], {})
     assert run.stats_steps() == [40] and run.rows == [{"step": 40, "loss": 3.0}]
+    flat = {k: v for k, v in item.items() if not isinstance(v, dict)}   # as an offline run file reads back
+    for key, hist in item.items():
+        if isinstance(hist, dict):
+            flat.update({f"{key}/{part}": value for part, value in hist.items()})
+    run = run_from_wandb("me/p/r", {}, [flat], {})
+    assert run.rows == [{"step": 40, "loss": 3.0}] and (run.stats_arrays(40)["hist_values_counts"] == counts).all()
