@@ -8,8 +8,8 @@ paper's curves and statistics were logged to W&B).
 `run_from_wandb`, a pure conversion of one run's config, history rows and summary, which the tests exercise on the
 offline W&B file of a real run. History rows keep our keys (`loss`, `val/loss`, `time/*`, `stats/...`; W&B's own
 `_step`, `_runtime`, `_timestamp` are dropped, `_step` fills a missing `step`; histograms come as one dict from
-the API and as `<key>/_type|bins|values` from an offline run file, `regroup` makes them one). W&B holds no `provenance.json`:
-world size, nodes and network come from the summary and config. W&B histograms of the update values
+the API and as `<key>/_type|bins|values` from an offline run file, `regroup` makes them one). W&B holds no
+`provenance.json`: world size, nodes and network come from the summary and config. W&B histograms of the update values
 (`stats/hist/values/<layer>`, `stats/hist/log10_abs/<layer>`) become the histogram part of the statistics arrays
 of that step (see analysis/runs.py); the other arrays exist only in run folders.
 Deliberate difference from a run folder: the histogram-derived `numel` counts only the elements inside the
