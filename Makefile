@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 # Modules whose import proves the environment is complete; `install` is a no-op when they all import.
-CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest, submitit, hydra_plugins.hydra_submitit_launcher
+CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest, submitit, hydra_plugins.hydra_submitit_launcher, nbclient, nbformat, ipykernel
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-all bench-core
@@ -49,3 +49,9 @@ slurm-up: install slurm-install  ## start a local 2-node Slurm in SLURM_DIR=/tmp
 
 slurm-down:  ## stop the local Slurm: daemons, jobs, namespaces; removes SLURM_DIR
 	$(PYTHON) -m slurm.local down --dir $(SLURM_DIR)
+
+.PHONY: figures
+RUNS ?= results/runs
+FIGURES_OUT ?= results/figures
+figures: install  ## every figure and table of the paper at laptop scale (FIGS=table2,fig5 picks some): runs, results/figures/index.md
+	$(PYTHON) -m experiments.figures --runs $(RUNS) --out $(FIGURES_OUT) $(if $(FIGS),--figs $(FIGS),) $(FIGURES_ARGS)

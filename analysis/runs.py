@@ -1,11 +1,19 @@
-"""Load a run folder written by `python -m src.train`: config, metrics rows, provenance and summary."""
+"""Load the run folders written by `python -m src.train`: config, metrics rows, provenance, summary, and the
+statistics arrays of issue 8 (Lion Cub, Sections 3 to 7: every figure and table is drawn from these).
+
+A source is a run folder (it holds `metrics.jsonl`), a folder of run folders (searched recursively), or a W&B
+project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (`analysis/wandb_runs.py`): every figure script
+takes any mix of them (`load_runs`).
+"""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+STATS_ARRAYS = "stats"  # <run>/stats/step_<step:08d>.npz (src/stats, format v1)
 
 
 @dataclass
@@ -15,6 +23,7 @@ class Run:
     rows: list[dict]
     provenance: dict
     summary: dict
+    arrays: dict[int, dict] = field(default_factory=dict)  # step -> statistics arrays (W&B runs carry them here)
 
     @property
     def label(self) -> str:
@@ -23,12 +32,45 @@ class Run:
         label = (self.config.get("run") or {}).get("label")
         return str(label) if label else str(self.config.get("variant", {}).get("name", self.path.name))
 
+    def get(self, dotted: str, default=None):
+        """A value of the resolved config by its dotted key (`optim.beta2`), or `default`."""
+        node = self.config
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    @property
+    def world_size(self) -> int | None:
+        size = self.provenance.get("world_size") or self.summary.get("world_size")
+        return int(size) if size else None
+
     def train_rows(self) -> list[dict]:
         """Rows of optimizer steps (those with a training loss)."""
         return [r for r in self.rows if "loss" in r]
 
     def eval_rows(self, key: str = "val/loss") -> list[dict]:
         return [r for r in self.rows if r.get(key) is not None]
+
+    def has_key(self, key: str) -> bool:
+        return any(key in r for r in self.rows)
+
+    def stats_steps(self) -> list[int]:
+        """Steps whose statistics arrays this run holds (local `stats/step_*.npz` files, or W&B-provided arrays)."""
+        if self.arrays:
+            return sorted(self.arrays)
+        folder = self.path / STATS_ARRAYS
+        return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.npz")) if folder.is_dir() else []
+
+    def stats_arrays(self, step: int) -> dict:
+        """The statistics arrays of one step as a dict of numpy arrays (format of src/stats, version 1)."""
+        if step in self.arrays:
+            return self.arrays[step]
+        import numpy as np
+
+        with np.load(self.path / STATS_ARRAYS / f"step_{step:08d}.npz", allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
 
 
 def _json(path: Path) -> dict:
@@ -44,3 +86,32 @@ def load_run(path: str | Path) -> Run:
     config_file = path / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     return Run(path, config, rows, _json(path / "provenance.json"), _json(path / "summary.json"))
+
+
+def find_run_dirs(folder: str | Path) -> list[Path]:
+    """`folder` itself when it is a run folder, else every run folder below it (sorted; checkpoints, W&B folders
+    and the `.incomplete-N` folders `make figures` moves interrupted runs to are not searched)."""
+    folder = Path(folder)
+    if (folder / "metrics.jsonl").is_file():
+        return [folder]
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such folder")
+    found = []
+    skip = ("checkpoints", "wandb")
+    children = [p for p in folder.iterdir() if p.is_dir() and p.name not in skip and ".incomplete-" not in p.name]
+    for child in sorted(children):
+        found += find_run_dirs(child)
+    return found
+
+
+def load_runs(sources: list[str | Path]) -> list[Run]:
+    """Every run of the given sources (run folders, folders of runs, `wandb:ENTITY/PROJECT[/RUN_ID]`)."""
+    runs: list[Run] = []
+    for source in sources:
+        if str(source).startswith("wandb:"):
+            from analysis.wandb_runs import runs_from_wandb
+
+            runs += runs_from_wandb(str(source).removeprefix("wandb:"))
+        else:
+            runs += [load_run(d) for d in find_run_dirs(source)]
+    return runs

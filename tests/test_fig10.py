@@ -1,6 +1,7 @@
 """Table A.1 / Fig. 10 from run folders: rows per network, speedup over Lion (32bit), the stacked-bar figure."""
 from __future__ import annotations
 
+import csv
 import json
 
 import yaml
@@ -40,3 +41,80 @@ def test_speedup_per_network_and_outputs(tmp_path):
     paths = write(rows, tmp_path / "out")
     assert paths["png"].stat().st_size > 10_000
     assert "speedup_vs_lion32" in paths["md"].read_text() and len(paths["csv"].read_text().splitlines()) == 5
+
+
+def timed_run(root, name, variant, params, world_size, comm_s, label=None, network="ethernet"):
+    from fake_runs import timing_rows, write_run
+
+    config = {"variant": {"name": variant}, "data": {"batch_size": 12}, "train": {"timing_skip": 1}}
+    if label:
+        config["run"] = {"label": label}
+    return write_run(root / name, config, timing_rows(5, 0.01, 0.05, 0.002, comm_s, 0.007), world_size=world_size,
+                     nodes=2, network=network, summary={"model_parameters": params})
+
+
+def test_baseline_is_keyed_by_network_model_size_and_world_size(tmp_path):
+    """The defect of issue 8: a 350M Lion 32-bit run came out faster than itself next to 774M runs."""
+    from analysis import fig10
+
+    runs = tmp_path / "runs"
+    dirs = [timed_run(runs, "a", "lion32", 350e6, 4, 0.344, "Lion (32bit)"),
+            timed_run(runs, "b", "cub4", 350e6, 4, 0.049, "Lion Cub (4bit) sync head"),
+            timed_run(runs, "c", "lion32", 774e6, 4, 0.756, "Lion (32bit)"),
+            timed_run(runs, "d", "cub4", 774e6, 4, 0.117, "Lion Cub (4bit)"),
+            timed_run(runs, "e", "lion32", 774e6, 8, 1.42, "Lion (32bit)"),
+            timed_run(runs, "f", "cub4", 774e6, 8, 0.276, "Lion Cub (4bit)")]
+    rows = fig10.with_speedup(dirs)
+    by = {(r["params_M"], r["procs"], r["variant"]): r for r in rows}
+    baselines = [by[(p, w, "Lion (32bit)")] for p, w in ((350.0, 4), (774.0, 4), (774.0, 8))]
+    assert [r["speedup_vs_lion32"] for r in baselines] == [1.0] * 3
+    small = by[(350.0, 4, "Lion Cub (4bit) sync head")]       # labels come from run.label
+    assert small["total_ms"] == round(1000 * (0.01 + 0.05 + 0.002 + 0.049 + 0.007), 2)
+    assert small["speedup_vs_lion32"] == round(by[(350.0, 4, "Lion (32bit)")]["total_ms"] / small["total_ms"], 2)
+    big8 = by[(774.0, 8, "Lion Cub (4bit)")]
+    assert big8["speedup_vs_lion32"] == round(by[(774.0, 8, "Lion (32bit)")]["total_ms"] / big8["total_ms"], 2)
+    out = tmp_path / "out"
+    assert fig10.main([str(runs), "--out", str(out)]) == 0
+    assert (out / "fig10.pdf").is_file() and (out / "table_a1.csv").is_file()
+    checks = json.loads((out / "findings.json").read_text())["checks"]
+    assert len(checks) == 6 and all(c["holds"] for c in checks)
+
+
+def test_tableA1_beside_the_paper(tmp_path):
+    from analysis import tableA1
+
+    runs = tmp_path / "runs"
+    for i, (variant, comm) in enumerate((("lion32", 0.344), ("lion16", 0.181), ("cub8", 0.088), ("cub4", 0.049),
+                                         ("cub1", 0.06))):
+        timed_run(runs, f"r{i}", variant, 350e6, 4, comm, network="emulated")
+    for run in runs.iterdir():
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["network"]["rate"] = "1gbit"
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    assert tableA1.main([str(runs), "--out", str(out)]) == 0
+    md = (out / "tableA1.md").read_text()
+    assert "| Ethernet | Lion Cub (4bit) | 4 | 8 | 774M | 12 | 18.4 | 131.0 | 28.5 | 211.9 | 389.8 |" in md
+    assert "| emulated 1gbit | lion32 | 2 | 4 | 350.0 | 12 | 10.0 | 50.0 | 2.0 | 344.0 | 7.0 | 0.0 | 413.0 |" in md
+    assert (out / "tableA1.png").stat().st_size > 10_000
+    checks = {c["claim"]: c["holds"] for c in json.loads((out / "findings.json").read_text())["checks"]}
+    assert all(checks.values()) and any("dominates" in k for k in checks)
+
+
+def test_fig11_benefit_shrinks_with_the_batch(tmp_path):
+    from analysis import fig11
+    from fake_runs import timing_rows, write_run
+
+    runs = tmp_path / "runs"
+    for batch, compute in ((8, 0.05), (64, 0.4)):
+        for variant, comm in (("lion32", 0.3), ("cub4", 0.05)):
+            config = {"variant": {"name": variant}, "data": {"batch_size": batch}, "model": {"kind": "deit",
+                      "params": {"size": "tiny"}}}
+            write_run(runs / f"{variant}{batch}", config, timing_rows(4, compute, 2 * compute, 0.001, comm, 0.002))
+    out = tmp_path / "out"
+    assert fig11.main([str(runs), "--out", str(out)]) == 0
+    rows = {(r["variant"], r["batch"]): r for r in csv.DictReader((out / "fig11.csv").open())}
+    assert float(rows[("lion32", "8")]["communicate_ms"]) == 300.0
+    assert float(rows[("cub4", "64")]["forward_ms"]) == 400.0
+    checks = [c["holds"] for c in json.loads((out / "findings.json").read_text())["checks"]]
+    assert checks == [True, True, True] and (out / "fig11.png").is_file()

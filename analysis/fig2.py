@@ -1,0 +1,120 @@
+"""Fig. 2 of Lion Cub (Section 3.1): the communication cost of majority voting by Table 1's model, for different
+latency/bandwidth scenarios and scales, and where our benchmark's measurements fall.
+
+    python -m analysis.fig2 BENCH... --out DIR       (writes fig2.png/.pdf and findings.json)
+
+Top row: the paper's figure, Table 1's cost against the number of workers P for N = 100M parameters and 32-bit
+words, in a latency-bound, a balanced and a bandwidth-bound scenario (alpha / beta given in each title). Bottom
+row: per measured link rate, the collective time of the four implementations against N (markers, from comm.csv
+of `python -m src.bench.comm_bench`) over the Table 1 model fitted to them (lines; analysis/cost_table1.py).
+`python -m analysis.fig2_comm` draws the benchmark's own fit and every other case.
+Checks, measured on each rate-limited link: at the largest size the 1-bit allreduce beats the direct allreduce
+(bandwidth-bound); at the smallest size the direct allreduce beats the 1-bit allreduce (latency-bound); the naive
+parameter server is the slowest at the largest size.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench  # noqa: E402
+from analysis.cost_table1 import CASE_OF, ROWS, cost, fit, row_terms  # noqa: E402
+from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+
+SCENARIOS = (("latency-bound", 1e-3, 1 / 100e9), ("balanced", 2e-5, 1 / 25e9), ("bandwidth-bound", 1e-6, 1 / 1e9))
+WORKERS = np.array([2, 4, 8, 16, 32, 64, 128, 256])
+COLORS = {"ps_naive": "tab:purple", "ps_tree": "tab:orange", "pbit": "tab:green", "onebit": "tab:red"}
+
+
+def model_panel(ax, name: str, alpha: float, beta: float, numel: float = 1e8) -> None:
+    for algorithm, (label, *_ ) in ROWS.items():
+        ax.plot(WORKERS, [cost(algorithm, int(p), numel, alpha, beta) for p in WORKERS], color=COLORS[algorithm],
+                label=label)
+    ax.set(xscale="log", yscale="log", xlabel="workers P", ylabel="modelled time (s)",
+           title=f"{name}: alpha={alpha:g} s, 1/beta={1 / beta / 1e9:g} Gbit/s")
+    ax.title.set_fontsize(8)
+    ax.grid(alpha=0.3, which="both")
+
+
+def measured_panel(ax, rate: str, rows: list[dict]) -> None:
+    alpha, beta = fit(rows)
+    for algorithm, (label, *_) in ROWS.items():
+        mine = sorted((r for r in rows if r["case"] == CASE_OF[algorithm]), key=lambda r: r["numel"])
+        if not mine:
+            continue
+        ax.plot([r["numel"] for r in mine], [r["communicate_s"] for r in mine], "o", color=COLORS[algorithm],
+                label=f"{label} ({mine[0]['case']})")
+        ax.plot([r["numel"] for r in mine], [alpha * row_terms(r)[0] + beta * row_terms(r)[1] for r in mine], "-",
+                color=COLORS[algorithm], alpha=0.7)
+    ax.set(xscale="log", yscale="log", xlabel="update size N", ylabel="collective time (s)",
+           title=f"measured, rate {rate}, P={rows[0]['world_size']}: alpha={alpha * 1e3:.2f} ms, "
+                 f"1/beta={1 / beta / 1e9 if beta else float('inf'):.2f} Gbit/s")
+    ax.title.set_fontsize(8)
+    ax.grid(alpha=0.3, which="both")
+
+
+def time_of(rows: list[dict], case: str, numel: int) -> float | None:
+    return next((r["communicate_s"] for r in rows if r["case"] == case and r["numel"] == numel), None)
+
+
+def checks(rates: dict[str, list[dict]]) -> list[Check]:
+    result = []
+    for rate, rows in rates.items():
+        if rate == "none":
+            continue
+        sizes = sorted({r["numel"] for r in rows})
+        big, small = sizes[-1], sizes[0]
+        one, direct = time_of(rows, "cub1", big), time_of(rows, "cub4", big)
+        if None not in (one, direct):
+            result.append(Check(f"rate {rate}, N={big:,}: bandwidth-bound, the 1-bit allreduce is faster than the "
+                                "direct allreduce", f"1-bit {one * 1e3:.2f} ms, direct {direct * 1e3:.2f} ms",
+                                one < direct))
+        one, direct = time_of(rows, "cub1", small), time_of(rows, "cub4", small)
+        if None not in (one, direct):
+            result.append(Check(f"rate {rate}, N={small:,}: latency-bound, the direct allreduce is faster than the "
+                                "1-bit allreduce", f"1-bit {one * 1e3:.2f} ms, direct {direct * 1e3:.2f} ms",
+                                direct < one))
+        times = {c: time_of(rows, c, big) for c in CASE_OF.values()}
+        if None not in times.values():
+            slowest = max(times, key=times.get)
+            result.append(Check(f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
+                                f"slowest measured: {slowest}", slowest == "ps_naive"))
+    if not result:
+        result.append(Check("Measured regimes follow Fig. 2", "no benchmark on a rate-limited link", None))
+    return result
+
+
+load = load_bench  # the sources of this script are benchmark CSVs, not training runs (used by the notebook)
+
+
+def make(runs: list[BenchRun], out: Path) -> Result:
+    rates = {rate: rows for rate, rows in by_rate(all_rows(runs)).items()
+             if any(r["model"] in ROWS for r in rows)}
+    need(bool(rates), "Fig. 2 needs benchmark rows of the cases ps_naive, ps_tree, cub4 and cub1")
+    cols = max(len(SCENARIOS), len(rates))
+    fig, axes = plt.subplots(2, cols, figsize=(5.2 * cols, 8.5), squeeze=False)
+    for ax, scenario in zip(axes[0], SCENARIOS):
+        model_panel(ax, *scenario)
+    for ax, (rate, rows) in zip(axes[1], rates.items()):
+        measured_panel(ax, rate, rows)
+    for ax in [*axes[0][len(SCENARIOS):], *axes[1][len(rates):]]:
+        ax.set_visible(False)
+    axes[0][0].legend(fontsize=7)
+    axes[1][0].legend(fontsize=7)
+    fig.suptitle("Fig. 2: communication cost of majority voting (top: Table 1 model; bottom: measured)", fontsize=10)
+    fig.tight_layout()
+    return Result(save(fig, out, "fig2"), checks(rates))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(make, "Fig. 2", "analysis.fig2", __doc__, load=load_bench, nothing="no comm.csv", argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

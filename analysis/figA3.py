@@ -1,0 +1,29 @@
+"""Fig. A.3 of Lion Cub (Appendix A.2): the largest GPT (1.5B in the paper); over Ethernet Lion Cub cuts training
+time further as the model grows.
+
+    python -m analysis.figA3 RUNS... --out DIR        (writes figA3.png/.pdf and findings.json)
+
+The same panels and checks as Fig. A.2 (`analysis.figA2.make`). Deliberate difference: the paper's "Default"
+curve (PyTorch DDP, one allreduce per bucket) has no counterpart here; Lion (32bit) is the paper's single-tensor
+allreduce, which the appendix found faster than DDP.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from analysis.figA2 import make as make_curves
+from analysis.figure_cli import Result, cli
+from analysis.runs import Run
+
+
+def make(runs: list[Run], out: Path) -> Result:
+    return make_curves(runs, out, "Fig. A.3", "figA3", "the largest GPT: Lion (32bit) vs Lion Cub")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(make, "Fig. A.3", "analysis.figA3", __doc__, argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

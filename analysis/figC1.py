@@ -1,0 +1,28 @@
+"""Fig. C.1 of Lion Cub (Appendix C.1): L1 quantization also raises the sign-match rate in a vision model
+(ResNet-18 on CIFAR100, 8 GPUs in the paper); per layer, the input layer stands out.
+
+    python -m analysis.figC1 RUNS... --out DIR       (writes figC1.png/.pdf and findings.json)
+
+The panels and checks of Fig. 5 (analysis/sign_match.py) plus each layer's match rate of L1 and sign at the last
+statistics step (`stats/match/<method>/<layer>`).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from analysis.figure_cli import Result, cli
+from analysis.runs import Run
+from analysis.sign_match import make_figure
+
+
+def make(runs: list[Run], out: Path) -> Result:
+    return make_figure(runs, out, "Fig. C.1", "figC1", layers=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(make, "Fig. C.1", "analysis.figC1", __doc__, argv=argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

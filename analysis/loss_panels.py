@@ -1,0 +1,144 @@
+"""Curves of validation loss (or accuracy) against optimizer steps and against training time, one row of panels
+per group of runs (Lion Cub, Fig. 3, 6, 9, 12, 13, A.2, A.3), and the end-of-run numbers their checks compare.
+
+Each panel row holds one group (e.g. one beta2); its left panel is against steps, its right panel against
+`train_time` (the summed step time: evaluation and statistics left out, as the paper's wall-time comparisons do).
+Validation points are markers joined by a line; for losses the training loss (rank 0's batches) is drawn faint as
+an exponential moving average. A run keeps its colour in every panel.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from analysis.curves import ema  # noqa: E402
+from analysis.figure_cli import Check, MissingRuns, save  # noqa: E402
+from analysis.runs import Run  # noqa: E402
+
+LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
+X_AXES = (("step", "optimizer step"), ("train_time", "training time (s)"))
+
+
+def final_eval(run: Run, key: str = "val/loss") -> float | None:
+    """The last evaluation of `key` (None when the run has none)."""
+    rows = run.eval_rows(key)
+    return float(rows[-1][key]) if rows else None
+
+
+def end_time(run: Run) -> float | None:
+    """Training time (s) at the run's last step."""
+    rows = [r for r in run.rows if "train_time" in r]
+    return float(rows[-1]["train_time"]) if rows else None
+
+
+def diverged(run: Run, margin: float = 0.5) -> tuple[bool, str]:
+    """Whether training diverged: a non-finite loss, or a final EMA training loss more than `margin` nats above
+    the run's lowest EMA loss. Returns the verdict and the numbers behind it."""
+    losses = [r["loss"] for r in run.train_rows()]
+    if not losses:
+        return False, "no training loss"
+    if any(not math.isfinite(v) for v in losses):
+        return True, "non-finite loss"
+    smooth = ema(losses)
+    rise = smooth[-1] - min(smooth)
+    return rise > margin, f"final EMA loss {smooth[-1]:.3f}, lowest {min(smooth):.3f} (rise {rise:.3f})"
+
+
+def group_by(runs: list[Run], key: str, name: str) -> dict[str, list[Run]]:
+    """Runs grouped by a config value (`optim.beta2`), groups in ascending order, titled `name=value`."""
+    values = sorted({r.get(key) for r in runs}, key=lambda v: (v is None, v))
+    return {f"{name}={v}": [r for r in runs if r.get(key) == v] for v in values}
+
+
+def require_evals(runs: list[Run], metric: str, figure: str) -> None:
+    missing = [str(r.path) for r in runs if not r.eval_rows(metric)]
+    if missing:
+        raise MissingRuns(f"{figure} needs {metric!r} evaluations; none in {', '.join(missing)}")
+
+
+def _panel(ax, runs: list[Run], colors: dict[str, str], metric: str, x: str) -> None:
+    for run in runs:
+        color = colors[run.label]
+        if metric.endswith("loss"):
+            rows = [r for r in run.train_rows() if x in r]
+            if rows:
+                ax.plot([r[x] for r in rows], ema([r["loss"] for r in rows]), color=color, alpha=0.25, lw=0.8)
+        evals = [r for r in run.eval_rows(metric) if x in r]
+        ax.plot([r[x] for r in evals], [r[metric] for r in evals], color=color, marker="o", ms=3, lw=1.3,
+                label=run.label)
+    ax.grid(alpha=0.3)
+
+
+def draw(groups: dict[str, list[Run]], metric: str, title: str, out: Path, stem: str) -> list[Path]:
+    """One row of (steps, time) panels per group; returns the PNG and PDF paths."""
+    labels = list(dict.fromkeys(r.label for runs in groups.values() for r in runs))
+    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
+    for row, (name, runs) in zip(axes, groups.items()):
+        for ax, (x, xlabel) in zip(row, X_AXES):
+            _panel(ax, runs, colors, metric, x)
+            ax.set(xlabel=xlabel, ylabel=LABELS.get(metric, metric), title=name)
+        row[0].legend(fontsize=7)
+    fig.suptitle(title + ("  (faint: training loss, EMA)" if metric.endswith("loss") else ""), fontsize=10)
+    fig.tight_layout()
+    return save(fig, out, stem)
+
+
+def finals(runs: list[Run], metric: str = "val/loss") -> str:
+    """`label: final metric at time` for each run, for a check's `measured` text."""
+    parts = []
+    for r in runs:
+        value, t = final_eval(r, metric), end_time(r)
+        parts.append(f"{r.label}: {value:.4g}" + (f" at {t:.0f} s" if t is not None else "")
+                     if value is not None else f"{r.label}: no {metric}")
+    return "; ".join(parts)
+
+
+def time_to(run: Run, target: float, metric: str = "val/loss") -> float | None:
+    """Training time of the first evaluation after step 0 at or below `target` (at or above, for accuracy); None
+    if never."""
+    better = (lambda v: v >= target) if metric.endswith("acc") else (lambda v: v <= target)
+    return next((float(r["train_time"]) for r in run.eval_rows(metric)
+                 if r.get("step", 0) > 0 and "train_time" in r and better(r[metric])), None)
+
+
+def kind(run: Run) -> str:
+    """A run's variant, with its momentum synchronization when it has one: `cub4`, `cub4+sync head`."""
+    layers = run.get("variant.momentum_sync.layers")
+    name = str(run.get("variant.name", "?"))
+    return name if layers in (None, "none") else f"{name}+sync {layers}"
+
+
+def speed_checks(runs: list[Run], where: str, metric: str = "val/loss", tolerance: float = 0.02) -> list[Check]:
+    """The Section 7.2 checks of one group of runs against its Lion (32bit) run: every other run ends within
+    `tolerance` (relative) of Lion 32-bit's final `metric`, and comes within that tolerance of it in less training
+    time than Lion 32-bit took to finish."""
+    base = next((r for r in runs if kind(r) == "lion32"), None)
+    others = [r for r in runs if r is not base]
+    claim_q = f"{where}: Lion Cub converges comparably to Lion (32bit) (final {metric} within {tolerance:.0%})"
+    claim_t = (f"{where}: Lion Cub reaches Lion (32bit)'s final {metric} (within {tolerance:.0%}) in less training "
+               "time")
+    if base is None or final_eval(base, metric) is None or not others:
+        why = "needs a lion32 run and another run with evaluations"
+        return [Check(claim_q, why, None), Check(claim_t, why, None)]
+    target, base_time = final_eval(base, metric), end_time(base)
+    reach = target * (1 - tolerance) if metric.endswith("acc") else target * (1 + tolerance)
+    quality, speed = [], []
+    for r in others:
+        value = final_eval(r, metric)
+        quality.append((r.label, value, value is not None and abs(value - target) <= tolerance * abs(target)))
+        t = time_to(r, reach, metric)
+        speed.append((r.label, t, t is not None and base_time is not None and t < base_time))
+    return [
+        Check(claim_q, f"Lion 32-bit {target:.4g}; " + "; ".join(
+            f"{label} {v:.4g}" if v is not None else f"{label} none" for label, v, _ in quality),
+            all(ok for *_, ok in quality)),
+        Check(claim_t, f"Lion 32-bit ends at {base_time:.0f} s; " + "; ".join(
+            f"{label} at {t:.0f} s" if t is not None else f"{label} never" for label, t, _ in speed),
+            all(ok for *_, ok in speed)),
+    ]

@@ -1,0 +1,269 @@
+"""Experiment manifests: one YAML file per figure and table of Lion Cub (arXiv:2411.16462), listing the runs that
+produce it at two scales (contract 5 between branches).
+
+    python -m experiments.manifest fig5 [--scale laptop|paper]     # print the runs and their launch commands
+
+`experiments/<name>.yaml` holds `name`, `figure` ("Fig. 5"), `figure_title` and `caption` (the paper's),
+`finding` (the paper's text stating what the figure shows), `analysis` (the module that draws it, e.g.
+analysis.fig5) and `scales.paper` / `scales.laptop`, each with optional `defaults` and a list of `runs`. A run
+has a `name` (unique in the manifest), Hydra `overrides` (a preset `+exp=NAME` of conf/exp/ plus deltas),
+optional `seeds` (one run per seed, named `<name>-seed<N>`, `seed=<N>` added), `nodes`, `nproc_per_node`,
+`launcher` (`torchrun`, or `emulate`: the emulated cluster of src.launch.emulate on one machine, with `rate`),
+`module` (default src.train; the communication benchmark for Table 1 / Fig. 2, with `args`), `label` (how
+figures name the run: the override `++run.label='...'` is added), and `minutes` (estimated cost on 2 CPU cores,
+laptop scale). A scale's `defaults` fill what a run leaves out (their overrides
+come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (`laptop:` / `paper:` sections)
+so that manifests sharing a run share its folder; defaults do not apply to it, its own keys are added on top.
+
+`load_manifest(name_or_path, scale)` checks everything a launcher would trip over and raises ManifestError
+naming it: unknown manifest or scale, missing keys, duplicate run names, a preset that is not in conf/exp/, an
+unknown launcher, a world size that contradicts the preset's `expect_world_size`, a paper-scale run that turns
+periodic checkpoints off (`checkpoint.every=0`). The command line prints the message and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PRESETS = REPO / "conf" / "exp"
+COMMON = HERE / "common.yaml"
+SCALES = ("paper", "laptop")
+LAUNCHERS = ("torchrun", "emulate")
+RUN_KEYS = {"name", "overrides", "seeds", "seed", "nodes", "nproc_per_node", "launcher", "module", "args", "rate",
+            "minutes", "use", "label"}
+_PRESET = re.compile(r"^\+{0,2}exp=(.+)$")
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be run as written; the message names the manifest, the run and what is wrong."""
+
+
+@dataclass
+class RunSpec:
+    """One run of a manifest: Hydra `overrides` (preset first; `seed=N` and `++run.label='...'` included) launched
+    with `launcher` on `nodes` x `nproc_per_node` processes; `module`/`args` for a non-training module (the
+    communication benchmark), `rate` the emulated link rate, `minutes` the estimated cost on 2 CPU cores."""
+    name: str
+    overrides: list[str]
+    nodes: int = 1
+    nproc_per_node: int = 1
+    launcher: str = "torchrun"
+    module: str = "src.train"
+    args: list[str] = field(default_factory=list)
+    rate: str | None = None
+    seed: int | None = None
+    minutes: float | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+    @property
+    def presets(self) -> list[str]:
+        return [m.group(1) for m in map(_PRESET.match, self.overrides) if m]
+
+    def key(self) -> str:
+        """A digest of what the run does (not its name or cost): equal runs of different manifests share it."""
+        what = {k: v for k, v in asdict(self).items() if k not in ("name", "minutes")}
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
+
+
+@dataclass
+class Manifest:
+    """One figure or table at one scale: its runs, the module that draws it and the paper's words about it."""
+    name: str
+    figure: str
+    scale: str
+    analysis: str
+    runs: list[RunSpec]
+    figure_title: str = ""
+    caption: str = ""
+    finding: str = ""
+    path: Path | None = None
+
+    @property
+    def minutes(self) -> float:
+        return sum(r.minutes or 0.0 for r in self.runs)
+
+
+ORDER = ("table1", "fig2", "table2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "tableA1",
+         "fig11", "fig12", "fig13", "figA1", "figA2", "figA3", "figB1", "figC1", "figC2")
+
+
+def manifest_names() -> list[str]:
+    """Every manifest in experiments/, in the paper's order."""
+    rank = {n: i for i, n in enumerate(ORDER)}
+    return sorted((p.stem for p in HERE.glob("*.yaml") if p != COMMON), key=lambda n: (rank.get(n, len(rank)), n))
+
+
+def _read_yaml(path: Path, what: str) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"{what}: {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ManifestError(f"{what}: {path} must hold a mapping")
+    return data
+
+
+def _resolve(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ManifestError(f"manifest file {path} does not exist")
+        return path
+    path = HERE / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ManifestError(f"no manifest {name_or_path!r}; known: {', '.join(manifest_names())}")
+    return path
+
+
+def _entries(name: str, scale: str, section: dict) -> list[dict]:
+    """The scale's run entries with defaults and templates applied (before seeds)."""
+    defaults = section.get("defaults") or {}
+    templates = (_read_yaml(COMMON, "experiments/common.yaml").get(scale) or {}) if COMMON.is_file() else {}
+    entries = []
+    for i, raw in enumerate(section.get("runs") or []):
+        if not isinstance(raw, dict):
+            raise ManifestError(f"{name} ({scale}): run #{i + 1} must be a mapping")
+        unknown = set(raw) - RUN_KEYS
+        if unknown:
+            raise ManifestError(f"{name} ({scale}): run #{i + 1} has unknown keys {sorted(unknown)}; "
+                                f"known: {sorted(RUN_KEYS)}")
+        if "use" in raw:
+            if raw["use"] not in templates:
+                raise ManifestError(f"{name} ({scale}): run template {raw['use']!r} is not in experiments/common.yaml "
+                                    f"({scale}:); known: {', '.join(sorted(templates))}")
+            base = {"name": raw["use"], **templates[raw["use"]]}
+            entry = {**base, **{k: v for k, v in raw.items() if k not in ("use", "overrides")}}
+            entry["overrides"] = list(base.get("overrides") or []) + list(raw.get("overrides") or [])
+        else:
+            entry = {**defaults, **raw}
+            entry["overrides"] = list(defaults.get("overrides") or []) + list(raw.get("overrides") or [])
+        entries.append(entry)
+    return entries
+
+
+def _expand(entry: dict, where: str) -> list[RunSpec]:
+    if "name" not in entry:
+        raise ManifestError(f"{where}: a run has no name")
+    seeds = entry.get("seeds") or ([entry["seed"]] if entry.get("seed") is not None else [None])
+    specs = []
+    for seed in seeds:
+        name = entry["name"] if len(seeds) == 1 else f"{entry['name']}-seed{seed}"
+        overrides = [str(o) for o in entry.get("overrides") or []] + ([f"seed={seed}"] if seed is not None else [])
+        if entry.get("label"):
+            overrides.append(label_override(str(entry["label"])))
+        try:
+            specs.append(RunSpec(name=name, overrides=overrides, nodes=int(entry.get("nodes", 1)),
+                                 nproc_per_node=int(entry.get("nproc_per_node", 1)),
+                                 launcher=str(entry.get("launcher", "torchrun")),
+                                 module=str(entry.get("module", "src.train")),
+                                 args=[str(a) for a in entry.get("args") or []],
+                                 rate=None if entry.get("rate") is None else str(entry["rate"]),
+                                 seed=seed, minutes=entry.get("minutes")))
+        except (TypeError, ValueError) as exc:
+            raise ManifestError(f"{where}, run {name!r}: {exc}") from None
+    return specs
+
+
+def label_override(label: str) -> str:
+    """The Hydra override that names a run in figures (`run.label`, contract 1), quoted for Hydra's grammar."""
+    if "'" in label:
+        raise ManifestError(f"run label {label!r}: a label may not hold a single quote")
+    return f"++run.label='{label}'"
+
+
+def _preset_world_size(spec: RunSpec) -> int | None:
+    for override in reversed(spec.overrides):
+        if override.lstrip("+").startswith("expect_world_size="):
+            value = override.split("=", 1)[1]
+            return None if value in ("null", "None") else int(value)
+    for preset in reversed(spec.presets):
+        value = _read_yaml(PRESETS / f"{preset}.yaml", f"preset {preset}").get("expect_world_size")
+        if value is not None:
+            return int(value)
+    return None
+
+
+def check_run(spec: RunSpec, scale: str, where: str) -> None:
+    where = f"{where}, run {spec.name!r}"
+    if spec.launcher not in LAUNCHERS:
+        raise ManifestError(f"{where}: launcher {spec.launcher!r} is not one of {', '.join(LAUNCHERS)}")
+    if spec.nodes < 1 or spec.nproc_per_node < 1:
+        raise ManifestError(f"{where}: nodes and nproc_per_node must be >= 1")
+    if spec.module == "src.train" and not spec.presets:
+        raise ManifestError(f"{where}: training runs start from a preset (+exp=NAME of conf/exp/)")
+    for preset in spec.presets:
+        if not (PRESETS / f"{preset}.yaml").is_file():
+            known = ", ".join(sorted(p.stem for p in PRESETS.glob("*.yaml")))
+            raise ManifestError(f"{where}: preset {preset!r} does not exist (no conf/exp/{preset}.yaml); "
+                                f"known presets: {known}")
+    expected = _preset_world_size(spec) if spec.module == "src.train" else None
+    if expected is not None and expected != spec.world_size:
+        raise ManifestError(f"{where}: {spec.nodes} node(s) x {spec.nproc_per_node} process(es) = "
+                            f"{spec.world_size} ranks, but the run expects expect_world_size={expected}")
+    if scale == "paper" and any(re.fullmatch(r"\+{0,2}checkpoint\.every=0", o) for o in spec.overrides):
+        raise ManifestError(f"{where}: paper-scale runs keep periodic checkpoints; remove checkpoint.every=0")
+
+
+def load_manifest(name_or_path: str | Path, scale: str) -> Manifest:
+    """The manifest `name_or_path` (a name in experiments/ or a YAML path) at `scale` (paper | laptop)."""
+    if scale not in SCALES:
+        raise ManifestError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    path = _resolve(name_or_path)
+    data = _read_yaml(path, f"manifest {path.stem}")
+    name = str(data.get("name") or path.stem)
+    missing = [k for k in ("figure", "analysis", "scales") if not data.get(k)]
+    if missing:
+        raise ManifestError(f"manifest {name} ({path}) lacks {', '.join(missing)}")
+    section = (data["scales"] or {}).get(scale)
+    if not section or not section.get("runs"):
+        raise ManifestError(f"manifest {name} has no runs at scale {scale!r}")
+    where = f"manifest {name} ({scale})"
+    runs = [spec for entry in _entries(name, scale, section) for spec in _expand(entry, where)]
+    seen: set[str] = set()
+    for spec in runs:
+        if spec.name in seen:
+            raise ManifestError(f"{where}: run name {spec.name!r} appears twice")
+        seen.add(spec.name)
+        check_run(spec, scale, where)
+    return Manifest(name=name, figure=str(data["figure"]), scale=scale, analysis=str(data["analysis"]), runs=runs,
+                    figure_title=str(data.get("figure_title", "")), caption=str(data.get("caption", "")).strip(),
+                    finding=str(data.get("finding", "")).strip(), path=path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.manifest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="manifest names or YAML paths (default: all)")
+    parser.add_argument("--scale", default="laptop", choices=SCALES)
+    args = parser.parse_args(argv)
+    from experiments.runner import command
+
+    try:
+        manifests = [load_manifest(n, args.scale) for n in (args.names or manifest_names())]
+    except ManifestError as exc:
+        print(f"experiments.manifest: {exc}", file=sys.stderr)
+        return 2
+    for m in manifests:
+        cost = f", about {m.minutes:.0f} min on 2 cores" if m.minutes else ""
+        print(f"{m.name}: {m.figure} {m.figure_title} ({len(m.runs)} runs at {m.scale} scale{cost}; "
+              f"analysis: python -m {m.analysis})")
+        for spec in m.runs:
+            print(f"  {spec.name} [{spec.nodes}x{spec.nproc_per_node}, {spec.launcher}]: "
+                  f"{shlex.join(command(spec, Path('RUN_DIR')))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
