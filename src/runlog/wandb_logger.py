@@ -3,7 +3,9 @@
 Offline by default (`logger.mode=offline`: the run is written under `<run dir>/wandb/` and uploaded later with
 `wandb sync`); `logger.mode=online` logs live. The W&B run id is stored in `<run dir>/wandb_id`; starting a logger on
 a run folder that already holds one continues the same W&B run (`resume="allow"`), which is what a resumed training
-run does. Each step logs the same row as `metrics.jsonl`, with `step` as the W&B step.
+run does. A later attempt writes under `<run dir>/wandb/attempt<N>/` (W&B names its offline folder after the second
+it started in, so two attempts within one second would otherwise share, and overwrite, one folder). Each step logs
+the same row as `metrics.jsonl`, with `step` as the W&B step.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ MODES = ("offline", "online", "disabled")
 
 
 class WandbLogger:
-    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str):
+    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str, group: str | None = None):
         import wandb
 
         mode = logger_cfg.get("mode", "offline")
@@ -30,11 +32,15 @@ class WandbLogger:
         else:
             run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
             id_file.write_text(run_id + "\n")
+        folder = Path(run_dir)
+        if (folder / "wandb").exists():
+            folder = folder / "wandb" / f"attempt{1 + len(list((folder / 'wandb').glob('attempt*')))}"
+            folder.mkdir(parents=True)
         tags = logger_cfg.get("tags") or []
         tags = OmegaConf.to_container(tags, resolve=True) if OmegaConf.is_config(tags) else list(tags)
         self.run = wandb.init(project=logger_cfg.get("project", "lioncub"), entity=logger_cfg.get("entity"),
-                              group=logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
-                              mode=mode, dir=str(run_dir), config=config)
+                              group=group or logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
+                              mode=mode, dir=str(folder), config=config)
         self.run.define_metric("step")
 
     def log(self, row: dict) -> None:
