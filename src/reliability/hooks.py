@@ -3,8 +3,10 @@
 `src.engine.loop` calls, per step: `begin(step)` before the batch (fault injection: SIGKILL; with policy `stop`
 the pre-step RNG and data position are kept, so the "last good state" can be saved exactly), `after_backward()`
 (fault injection: NaN gradient), `step_ok(loss, grad_norm)` after clipping and before `optimizer.step()`, and
-`end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the replica guard every
-`guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps and at the end).
+`end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the ranks agree whether a stop
+signal arrived, `src.reliability.signals`; the replica guard every `guard.every` steps and before every checkpoint;
+a checkpoint every `checkpoint.every` steps, at the end and when stopping on a signal, after which `end` returns
+True and `interrupted` says where).
 
 Non-finite policy (`nonfinite.policy`): every rank votes with `all_ranks_finite` (one single-element MIN allreduce,
 timed as part of the `clip` phase), so no rank enters the optimizer's quantizer or collective with a NaN and all
@@ -33,6 +35,7 @@ from src.reliability.nonfinite import (
     step_is_finite,
 )
 from src.reliability.rng import capture_rng_state
+from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
 
@@ -56,7 +59,7 @@ def check_reliability_config(cfg: DictConfig, world_size: int) -> None:
 
 class StepHooks:
     def __init__(self, cfg: DictConfig, ctx: DistContext, run_dir: Path, model, optimizer, task, meta: dict,
-                 total_steps: int, progress: Progress | None = None):
+                 total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
         self.faults = Faults.from_config(cfg.get("fault"), ctx.rank, ctx.world_size)
@@ -66,6 +69,7 @@ class StepHooks:
         self.named = named_parameters_with_aliases(model)
         self.params = [p for _, p in self.named]
         self.step, self._before = 0, None
+        self.stop, self.interrupted = stop or StopSignals(), None  # interrupted: Interrupted once stopped
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -95,12 +99,18 @@ class StepHooks:
                                  f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
                                  "nonfinite.policy=skip")
 
-    def end(self, step: int) -> None:
+    def end(self, step: int) -> bool:
+        """After the step's row: guard, checkpoint; True when every rank agreed to stop here on a signal."""
         self.faults.maybe_perturb(step, self.params)
-        saving = step == self.total_steps or (self.checkpoint_every and step % self.checkpoint_every == 0)
+        signum = self.stop.agreed()
+        stopping = bool(signum) and step < self.total_steps
+        saving = stopping or step == self.total_steps or (self.checkpoint_every and step % self.checkpoint_every == 0)
         if self.guard_every and (saving or step % self.guard_every == 0):
             check_replicas(self.named, step)
         if saving:
             path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta)
             if self.ctx.is_main:
                 print(f"lioncub: checkpoint {path}", flush=True)
+            if stopping:
+                self.interrupted = Interrupted(step, signum, path)
+        return stopping
