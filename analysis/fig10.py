@@ -1,10 +1,11 @@
 """Fig. 10 / Table A.1 of the Lion Cub paper from run folders: per-step time breakdown as stacked bars, and the
 table with the speedup of every variant over Lion (32bit) on the same network.
 
-    python -m analysis.fig10 RUN_DIR [RUN_DIR ...] --out FOLDER
+    python -m analysis.fig10 RUN_DIR_OR_SWEEP_DIR [...] --out FOLDER
 
 writes FOLDER/table_a1.md, FOLDER/table_a1.csv and FOLDER/fig10.png. Rows are grouped by network (e.g. the
-emulated 1 Gbit/s link and an unlimited one); the speedup is Lion (32bit)'s total step time over the row's.
+emulated 1 Gbit/s link and an unlimited one); the speedup is Lion (32bit)'s total step time over the row's. Bars
+are named by each run's label (`Run.label`: the variant, or the overrides that differ within a sweep).
 Deliberate difference from the paper: quantization is its own bar segment, and "other" (data, clipping, Python)
 is shown instead of being hidden in the total.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis.runs import NotARunError, find_runs  # noqa: E402
 from analysis.timing_table import COLUMNS, PHASES, table_rows, to_markdown  # noqa: E402
 
 SEGMENTS = (*PHASES, "other")
@@ -56,7 +59,7 @@ def plot(rows: list[dict], path: Path) -> Path:
         bottom = [0.0] * len(group)
         for seg in SEGMENTS:
             values = [r[f"{seg}_ms"] for r in group]
-            ax.bar([r["variant"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
+            ax.bar([r["label"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
             bottom = [b + v for b, v in zip(bottom, values)]
         for x, (r, top) in enumerate(zip(group, bottom)):
             if r.get("speedup_vs_lion32"):
@@ -89,7 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    rows = with_speedup(args.run_dirs)
+    try:
+        rows = with_speedup(find_runs(args.run_dirs))
+    except (NotARunError, ValueError) as exc:
+        print(f"analysis.fig10: error: {exc}", file=sys.stderr)
+        return 2
     paths = write(rows, args.out)
     print(to_markdown(rows, (*COLUMNS, "speedup_vs_lion32")))
     for name, path in paths.items():
