@@ -14,7 +14,7 @@ Exit status (rank 0 prints why; under torchrun, torchrun's report shows it as th
 - 75: interrupted by SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 (Slurm's warning signal): every rank finished its step,
   a checkpoint of it was written, and rank 0 printed `interrupted at step N; resume with: <command>`
   (src.reliability.signals; 75 is EX_TEMPFAIL, "try again later");
-- 130: Ctrl-C before training started (nothing to resume).
+- 130: Ctrl-C while not training (while starting, between the runs of a sweep): nothing to checkpoint.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ EXIT_SETUP, EXIT_STOPPED, EXIT_CTRL_C = 2, 3, 130
 
 def _quit_before_training(signum, frame) -> None:
     if os.environ.get("RANK", "0") == "0":
-        os.write(2, b"lioncub: interrupted before training started (nothing to resume)\n")
+        os.write(2, b"lioncub: interrupted while not training (nothing to checkpoint)\n")
     raise SystemExit(EXIT_CTRL_C)
 
 

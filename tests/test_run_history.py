@@ -74,3 +74,15 @@ def test_a_finished_run_has_nothing_to_resume(demo_tokens, finished, capsys):
     summary = run(*args(demo_tokens, f"run.dir={finished}", "resume=true"))
     assert summary["steps"] == 8 and files(finished) == before
     assert "has finished all 8 steps; nothing to resume" in capsys.readouterr().out
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_in_its_folder(demo_tokens, finished):
+    import shutil
+
+    shutil.rmtree(finished / "checkpoints")  # as if killed before any checkpoint was written
+    (finished / "summary.json").unlink()
+    old_rows = lines(finished / "metrics.jsonl")
+    run(*args(demo_tokens, f"run.dir={finished}", "resume=auto"))
+    assert [a["kind"] for a in lines(finished / "attempts.jsonl")] == ["start", "restart"]
+    assert lines(finished / "metrics-dropped.jsonl") == old_rows  # the earlier attempt's rows are kept
+    assert [r.get("loss") for r in lines(finished / "metrics.jsonl")] == [r.get("loss") for r in old_rows]
