@@ -111,7 +111,8 @@ def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoin
     if found is None:
         return None
     newest = max(manager_for(found.path.parent).completed_steps(), default=found.step)
-    point = ResumePoint(Path(run_dir), found, _mode(cfg, found, newest), newest)
+    chosen = _mode(cfg, found, newest) if mode == "path" else "continue"  # true/auto: the newest valid one
+    point = ResumePoint(Path(run_dir), found, chosen, newest)
     if point.mode != "branch" and cfg.run.get("dir") and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
         raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
                          "run.dir unset or give the same folder")

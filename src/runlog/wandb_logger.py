@@ -15,6 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.runlog.wandb_offline import wait_until_complete
+
 ID_FILE = "wandb_id"
 MODES = ("offline", "online", "disabled")
 
@@ -26,6 +28,7 @@ class WandbLogger:
         mode = logger_cfg.get("mode", "offline")
         if mode not in MODES:
             raise ValueError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+        self.mode = mode
         id_file = Path(run_dir) / ID_FILE
         if id_file.is_file():
             run_id = id_file.read_text().strip()
@@ -47,5 +50,10 @@ class WandbLogger:
         self.run.log({k: v for k, v in row.items() if v is not None}, step=int(row["step"]))
 
     def finish(self, summary: dict) -> None:
+        """End the W&B run; offline, wait until its file is complete (W&B writes it after `finish()` returns, and
+        loses what is left when the process exits first, seen with wandb 0.31)."""
         self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+        run_file = Path(self.run.dir).parent / f"run-{self.run.id}.wandb"
         self.run.finish()
+        if self.mode == "offline" and not wait_until_complete(run_file):
+            print(f"lioncub: warning: the W&B offline file {run_file} is not complete yet", flush=True)
