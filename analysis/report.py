@@ -1,17 +1,19 @@
 """Turn run folders into the demo's (or any sweep's) figures and timing table.
 
-    python -m analysis.report RUN_DIR [RUN_DIR ...] --out FOLDER
+    python -m analysis.report RUN_DIR_OR_SWEEP_DIR [...] --out FOLDER
 
-writes FOLDER/loss_vs_step.png, FOLDER/loss_vs_time.png, FOLDER/timing.md and FOLDER/timing.csv (Table A.1's
-columns), plus FOLDER/accuracy_vs_step.png and FOLDER/accuracy_vs_time.png for vision runs (Fig. 13 has both).
+(a sweep folder stands for the runs in it; runs are named by their label, `Run.label`) writes
+FOLDER/loss_vs_step.png, FOLDER/loss_vs_time.png, FOLDER/timing.md and FOLDER/timing.csv (Table A.1's columns), plus
+FOLDER/accuracy_vs_step.png and FOLDER/accuracy_vs_time.png for vision runs (Fig. 13 has both).
 """
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from analysis.curves import plot_curves
-from analysis.runs import load_run
+from analysis.runs import NotARunError, find_runs, load_run
 from analysis.timing_table import table_rows, to_markdown, write_table
 
 
@@ -34,8 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", help="run folders written by python -m src.train")
     parser.add_argument("--out", required=True, help="folder for the figures and tables")
     args = parser.parse_args(argv)
-    outputs = make_report(args.run_dirs, args.out)
-    print(to_markdown(table_rows(args.run_dirs)))
+    try:
+        run_dirs = find_runs(args.run_dirs)
+        rows = table_rows(run_dirs)
+    except (NotARunError, ValueError) as exc:
+        print(f"analysis.report: error: {exc}", file=sys.stderr)
+        return 2
+    outputs = make_report(run_dirs, args.out)
+    print(to_markdown(rows))
     for name, path in outputs.items():
         print(f"{name}: {path}")
     return 0

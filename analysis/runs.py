@@ -3,7 +3,9 @@ statistics arrays of issue 8 (Lion Cub, Sections 3 to 7: every figure and table 
 
 A source is a run folder (it holds `metrics.jsonl`), a folder of run folders (searched recursively), or a W&B
 project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (`analysis/wandb_runs.py`): every figure script
-takes any mix of them (`load_runs`).
+takes any mix of them (`load_runs`). `find_runs(paths)` turns command-line arguments into run folders: a run
+folder stands for itself, a sweep folder (`python -m src.train -m ...`) or any folder of run folders for the runs
+inside it; anything else is a `NotARunError` naming the path.
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ class Run:
     provenance: dict
     summary: dict
     arrays: dict[int, dict] = field(default_factory=dict)  # step -> statistics arrays (W&B runs carry them here)
+
+    @property
+    def variant(self) -> str:
+        return str(self.config.get("variant", {}).get("name", "?"))
 
     @property
     def label(self) -> str:
@@ -73,6 +79,14 @@ class Run:
             return {k: data[k] for k in data.files}
 
 
+class NotARunError(FileNotFoundError):
+    """A path given as a run folder is neither a run folder nor a folder of them."""
+
+
+def is_run(path: Path) -> bool:
+    return (path / "metrics.jsonl").is_file()
+
+
 def _json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
@@ -81,7 +95,7 @@ def load_run(path: str | Path) -> Run:
     path = Path(path)
     metrics = path / "metrics.jsonl"
     if not metrics.is_file():
-        raise FileNotFoundError(f"{path} is not a lioncub run folder (no metrics.jsonl)")
+        raise NotARunError(f"{path} is not a lioncub run folder (no metrics.jsonl)")
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     config_file = path / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
@@ -95,12 +109,24 @@ def find_run_dirs(folder: str | Path) -> list[Path]:
     if (folder / "metrics.jsonl").is_file():
         return [folder]
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no such folder")
+        raise NotARunError(f"{folder}: no such folder")
     found = []
     skip = ("checkpoints", "wandb")
     children = [p for p in folder.iterdir() if p.is_dir() and p.name not in skip and ".incomplete-" not in p.name]
     for child in sorted(children):
         found += find_run_dirs(child)
+    return found
+
+
+def find_runs(paths: list[str | Path]) -> list[Path]:
+    """The run folders named by `paths`, in order: a run folder, or the run folders inside a sweep folder."""
+    found = []
+    for path in map(Path, paths):
+        inner = find_run_dirs(path) if path.is_dir() else []
+        if not inner:
+            what = "does not exist" if not path.exists() else "holds no metrics.jsonl, nor run folders that do"
+            raise NotARunError(f"{path} {what}: give run folders written by python -m src.train (or a sweep folder)")
+        found += inner
     return found
 
 

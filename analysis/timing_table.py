@@ -16,7 +16,7 @@ from statistics import fmean
 from analysis.runs import Run, load_run
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
-COLUMNS = ("network", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
+COLUMNS = ("network", "label", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
            "other_ms", "total_ms", "peak_mem_MiB", "steps_timed")
 
 
@@ -38,7 +38,8 @@ def timing_summary(run: Run) -> dict:
     params = summary.get("model_parameters")
     return {
         "network": prov.get("network", run.config.get("network", {}).get("name", "?")),
-        "variant": run.label,
+        "label": run.label,
+        "variant": run.variant,
         "nodes": prov.get("num_nodes", 1),
         "procs": prov.get("world_size", 1),
         "params_M": round(params / 1e6, 2) if params else None,

@@ -3,30 +3,55 @@
 Trains one of Section 7's setups of the Lion Cub paper (GPT-2++ on OpenWebText, ResNet-18 / DeiT on CIFAR100) with
 one of the optimizer variants (Lion 32/16-bit, Lion Cub 8/4/1-bit, distributed Lion). The configuration is Hydra's
 (conf/config.yaml, groups model, data, variant, optim, network, logger, presets in conf/exp/ chosen with +exp=).
-Every check runs before training: a configuration that cannot train prints what is wrong and what to change, exits
-with status 2, and leaves no run folder behind. A run stopped by the replica guard or by a non-finite step under
-`nonfinite.policy=stop` prints why (rank 0) and exits with status 3 (src.reliability).
+`-m` (Hydra multirun) sweeps, alone or under torchrun: the runs of a sweep go into one sweep folder, each labelled
+by the overrides that differ between them (hydra_plugins/lioncub_sweeper). `python src/train.py` works too.
+
+Exit status (rank 0 prints why; under torchrun, torchrun's report shows it as the worker's `exitcode`):
+- 0: trained (or a resumed run had nothing left to do);
+- 2: the configuration cannot train: every problem is printed once, by rank 0, before any process group, run
+  folder or training step exists (other ranks wait a moment, then exit quietly unless rank 0 did not fail);
+- 3: stopped by the replica guard or by a non-finite step under `nonfinite.policy=stop` (src.reliability);
+- 75: interrupted by SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 (Slurm's warning signal): every rank finished its step,
+  a checkpoint of it was written, and rank 0 printed `interrupted at step N; resume with: <command>`
+  (src.reliability.signals; 75 is EX_TEMPFAIL, "try again later");
+- 130: Ctrl-C while not training (while starting, between the runs of a sweep): nothing to checkpoint.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-
-from src.data.errors import DataError
-from src.errors import SetupError
-from src.engine.run import execute, preflight
-from src.reliability.guard import ReplicaDivergenceError
-from src.reliability.nonfinite import NonFiniteStepError
+EXIT_SETUP, EXIT_STOPPED, EXIT_CTRL_C = 2, 3, 130
 
 
-def _rank_prefix() -> str:
-    import os
+def _quit_before_training(signum, frame) -> None:
+    if os.environ.get("RANK", "0") == "0":
+        os.write(2, b"lioncub: interrupted while not training (nothing to checkpoint)\n")
+    raise SystemExit(EXIT_CTRL_C)
 
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    return f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
+
+signal.signal(signal.SIGINT, _quit_before_training)  # a Ctrl-C while importing or starting: no traceback
+if __package__ in (None, ""):  # `python src/train.py`: import the repository as `src`, not the src folder's modules
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from src.data.errors import DataError  # noqa: E402
+from src.engine.run import execute, preflight  # noqa: E402
+from src.errors import SetupError, exit_with_setup_error  # noqa: E402
+from src.reliability.guard import ReplicaDivergenceError  # noqa: E402
+from src.reliability.nonfinite import NonFiniteStepError  # noqa: E402
+from src.reliability.signals import EXIT_INTERRUPTED, Interrupted  # noqa: E402
+from src.runlog.command import resume_command, sweep_resume_command  # noqa: E402
+
+
+def task_overrides(hydra_cfg) -> list[str]:
+    """This run's overrides (a sweep point's own, in a multirun), as a later command would repeat them."""
+    return [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task]
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
@@ -37,17 +62,25 @@ def main(cfg: DictConfig) -> None:
     try:
         plan = preflight(cfg, choices)
     except (SetupError, DataError) as exc:
-        print(f"{_rank_prefix()}lioncub: cannot start training: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
     try:
         execute(cfg, plan, overrides)
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed
-        print(f"{_rank_prefix()}lioncub: cannot continue: {exc}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        exit_with_setup_error(f"cannot continue: {exc}", EXIT_SETUP)
     except (ReplicaDivergenceError, NonFiniteStepError) as exc:
         if plan.ctx.is_main:
             print(f"lioncub: training stopped: {exc}", file=sys.stderr, flush=True)
-        sys.exit(3)
+        sys.exit(EXIT_STOPPED)
+    except Interrupted as exc:
+        if plan.ctx.is_main:
+            print(f"lioncub: {signal.Signals(exc.signum).name} received; checkpoint of step {exc.step} in "
+                  f"{exc.checkpoint}", flush=True)
+            print(f"lioncub: interrupted at step {exc.step}; resume with: "
+                  f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}", flush=True)
+            if cfg.run.get("sweep"):
+                print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
+                      f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

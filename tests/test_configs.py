@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from src.dist.setup import DistContext
+from src.engine.schema import config_problems
 from src.engine.tasks import make_task
 from src.models import count_parameters
 from src.optim.factory import validate_variant
@@ -74,6 +75,8 @@ def _open_data(cfg, task, model, demo_tokens, synthetic_cifar):
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_builds_model_and_data(name, demo_tokens, synthetic_cifar):
     cfg = compose_cfg([f"+exp={name}"] + (["model.params.pretrained_path=null"] if "deit_tiny" in name else []))
+    assert config_problems(cfg) == []  # the typed schema accepts every preset
+    assert cfg.checkpoint.every == (0 if name == "demo" else 500)  # paper presets checkpoint periodically
     ctx = ctx_for(PAPER_WORKERS if name != "demo" else 2)
     task = make_task(cfg, ctx)
     model = task.build_model("meta")

@@ -45,8 +45,21 @@ def test_resume_finds_the_checkpoint_and_reuses_the_folder(demo_tokens, tmp_path
     plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true"))
     assert plan.resume.checkpoint.path == folder and plan.run_dir == tmp_path / "run"
     plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"resume={folder}"))
-    assert plan.resume.explicit and plan.run_dir == tmp_path / "run"
+    assert plan.resume.mode == "continue" and plan.run_dir == tmp_path / "run"
     assert "already exists" in fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}")  # not resuming
+
+
+def test_an_older_checkpoint_branches_unless_rewinding(demo_tokens, tmp_path):
+    older = fake_checkpoint(tmp_path / "run", demo_tokens, step=4)
+    fake_checkpoint(tmp_path / "run", demo_tokens, step=8)
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"resume={older}"))
+    assert (plan.resume.mode, plan.resume.newest_step) == ("branch", 8)
+    assert plan.run_dir == tmp_path / "run-from-step4"  # a new sibling folder; the original is only read
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"resume={older}", f"run.dir={tmp_path / 'b'}"))
+    assert plan.resume.mode == "branch" and plan.run_dir == tmp_path / "b"
+    plan = preflight(cfg_with(f"data.dir={demo_tokens}", f"resume={older}", "resume_rewind=true"))
+    assert plan.resume.mode == "rewind" and plan.run_dir == tmp_path / "run"
+    assert "resume_rewind=true applies to" in fails(f"data.dir={demo_tokens}", "resume_rewind=true")
 
 
 def test_resume_refuses_another_world_size(demo_tokens, tmp_path):
@@ -73,13 +86,17 @@ def test_resume_without_a_checkpoint(demo_tokens, tmp_path):
     assert plan.resume is None  # nothing to resume: a fresh start
 
 
-def test_auto_restart_may_reuse_its_folder_without_a_checkpoint(demo_tokens, tmp_path, monkeypatch):
+def test_auto_starts_again_in_its_own_folder_without_a_checkpoint(demo_tokens, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 0}\n')
-    args = (f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=auto")
-    assert "already exists" in fails(*args)  # the first attempt must not take over an old folder
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert preflight(cfg_with(*args)).resume is None
+    args = (f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}")
+    msg = fails(*args, "resume=true")  # a run killed before its first checkpoint ...
+    assert "no valid checkpoint" in msg and f"resume=auto run.dir={tmp_path / 'run'}" in msg
+    plan = preflight(cfg_with(*args, "resume=auto"))  # ... and what that message suggests works
+    assert plan.resume is None and plan.run_dir == tmp_path / "run"
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a run")
+    assert "already exists" in fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'other'}", "resume=auto")
 
 
 def test_expected_world_size(demo_tokens):
@@ -97,6 +114,7 @@ def test_bad_reliability_keys(demo_tokens):
 def test_truncate_after_drops_later_and_torn_rows(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(6)) + '{"step": 6, "lo')
-    assert truncate_after(path, 3) == 4
+    kept, dropped = truncate_after(path, 3)
+    assert len(kept) == 4 and [json.loads(line)["step"] for line in dropped] == [4, 5]
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2, 3]
-    assert truncate_after(path, -1) == 0 and path.read_text() == ""
+    assert truncate_after(path, -1)[0] == [] and path.read_text() == ""

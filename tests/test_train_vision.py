@@ -62,22 +62,30 @@ def _vision_cfg(tiny_cifar, run_dir, *extra):
         return compose(config_name="config", overrides=overrides)
 
 
-def test_vision_resume_mid_epoch_is_bitwise(tiny_cifar, tmp_path):
-    """Resume at step 3 (mid epoch 0, 4 steps per epoch) and run across the epoch boundary: same losses, same model."""
-    import shutil
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
+
+def test_vision_resume_mid_epoch_is_bitwise(tiny_cifar, tmp_path):
+    """Resume at step 3 (mid epoch 0, 4 steps per epoch) and run across the epoch boundary: same losses, same model.
+
+    Step 3 is older than the run's newest checkpoint, so the resumed run branches into a new folder, and the
+    original run folder stays byte for byte as it was."""
     import torch
 
     ref = tmp_path / "ref"
     cfg = _vision_cfg(tiny_cifar, ref)
     execute(cfg, preflight(cfg))
-    shutil.copytree(ref, tmp_path / "run")
-    cfg = _vision_cfg(tiny_cifar, tmp_path / "run", f"resume={tmp_path / 'run' / 'checkpoints' / 'step_00000003'}")
+    before = _files(ref)
+    cfg = _vision_cfg(tiny_cifar, tmp_path / "branch", f"resume={ref / 'checkpoints' / 'step_00000003'}")
     plan = preflight(cfg)
-    assert plan.resume.checkpoint.step == 3
+    assert plan.resume.checkpoint.step == 3 and plan.resume.mode == "branch"
     execute(cfg, plan)
+    assert _files(ref) == before
     losses = [[json.loads(line)["loss"] for line in (d / "metrics.jsonl").read_text().splitlines()]
-              for d in (ref, tmp_path / "run")]
+              for d in (ref, tmp_path / "branch")]
     assert len(losses[0]) == 8 and losses[0] == losses[1]
-    a, b = (torch.load(d / "checkpoints" / "step_00000008" / "model.pt") for d in (ref, tmp_path / "run"))
+    a, b = (torch.load(d / "checkpoints" / "step_00000008" / "model.pt") for d in (ref, tmp_path / "branch"))
     assert all(torch.equal(a[k], b[k]) for k in a)
+    kinds = [row["kind"] for row in map(json.loads, (tmp_path / "branch" / "attempts.jsonl").read_text().splitlines())]
+    assert kinds == ["start", "branch"]

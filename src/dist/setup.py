@@ -11,6 +11,8 @@ Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and starts the group.
 Backend: NCCL on CUDA, gloo on CPU. `network=local` pins gloo to the loopback interface and CPU tensors (gloo's CUDA
 path lacks the all-to-all the 1-bit allreduce needs). A single process whose optimizer communicates (Lion 32-bit,
 Lion Cub) gets a one-rank group on an in-memory store, so the variant runs its real code path without a launcher.
+Under torchrun, every group (one per sweep point of a multirun, one per restart attempt) gets keys of its own in
+torchrun's store, and `shutdown()` destroys it at the end of each run.
 """
 from __future__ import annotations
 
@@ -157,17 +159,33 @@ def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str
     return applied
 
 
-def _attempt_store(ctx: DistContext, timeout: timedelta):
-    """Under torchrun, the launcher's store with a per-attempt prefix (None elsewhere: plain env:// rendezvous).
+_groups_started = 0  # process groups this process started: every rank starts them in the same order
 
-    torchrun keeps its store across `--max-restarts` restarts, so without a prefix a restarted rank may read the
-    address a rank of the failed attempt published and fail with "connection refused" (seen with gloo).
-    """
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None:
+
+def launcher_store(timeout: timedelta = timedelta(seconds=600)):
+    """torchrun's key-value store (a client of it), or None without torchrun; usable before any process group."""
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT") is None or "MASTER_ADDR" not in os.environ:
         return None
-    store, _, _ = next(dist.rendezvous("env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout))
-    return dist.PrefixStore(f"lioncub/attempt_{attempt}", store)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world, timeout=timeout))
+    return store
+
+
+def _attempt_store(ctx: DistContext, timeout: timedelta):
+    """Under torchrun, the launcher's store with a prefix of its own per attempt and per group (None elsewhere).
+
+    torchrun keeps its store across `--max-restarts` restarts, and a Hydra multirun starts one group per sweep point
+    in the same processes: a group that found the keys of an earlier one would read addresses whose sockets are
+    closed (gloo: "Connection refused", or a hang). The prefix names the attempt (TORCHELASTIC_RESTART_COUNT) and
+    the number of groups this process started before, which is the same on every rank.
+    """
+    global _groups_started
+    store = launcher_store(timeout)
+    if store is None:
+        return None
+    _groups_started += 1
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    return dist.PrefixStore(f"lioncub/attempt_{attempt}/group_{_groups_started}", store)
 
 
 def shutdown() -> None:

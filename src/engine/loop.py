@@ -17,6 +17,8 @@ and after backward; after clipping, every rank votes on whether the loss and gra
 optimizer quantizes or communicates), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or
 stops the run; after the row is logged, the replica guard and checkpoints run. A resumed run starts from the
 checkpoint's `Progress` (steps done, skipped steps, training and wall time), without the evaluation at step 0.
+A stop signal (SIGTERM, SIGINT, SIGUSR1) ends the loop after the step in flight, once every rank agreed and the
+checkpoint is written (`hooks.interrupted`). Progress: src.runlog.progress (a bar, or lines in batch logs).
 
 Deliberate difference: the training loss is rank 0's, not averaged over ranks, so logging adds no collective to
 the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
@@ -45,6 +47,7 @@ from src.dist.setup import DistContext
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, PendingRows
 from src.engine.tasks.base import Task
+from src.runlog.progress import StepProgress
 from src.runlog.sinks import Sinks
 from src.reliability.hooks import StepHooks
 from src.stats import OFF
@@ -118,8 +121,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
     timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
     clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
     per_step, progress = task.units_per_step(), hooks.progress
-    bar = tqdm(total=total_steps, initial=progress.step, disable=not (ctx.is_main and cfg.train.progress),
-               unit="step", dynamic_ncols=True)
+    bar = StepProgress(total_steps, progress.step, ctx.is_main and cfg.train.progress, cfg.train.log_every_s)
     result = LoopResult(steps=progress.step, train_time=progress.train_time)
     start = time.perf_counter() - progress.wall_time
     model.train()
@@ -144,9 +146,9 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
             _log(pending.complete(wait=hooks.saves_at(step)), result, sinks)  # a checkpoint records train_time
             result.steps, result.last_loss = step, row["loss"]
             progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
-            hooks.end(step)
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", refresh=False)
+            bar.update(step, row)
+            if hooks.end(step):  # every rank agreed to stop on a signal; the checkpoint of this step is written
+                break
     finally:  # rows of every step the device has run, also when a step raised (e.g. nonfinite.policy=stop)
         _log(pending.complete(), result, sinks)
     bar.close()

@@ -1,16 +1,19 @@
 """One training run from a composed config: check everything, then start the group, train and summarise.
 
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
-Section 7 setups): the launch and device (src.dist.setup), the model/data pairing and the model on the meta device,
-the variant at this world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run
-folder, the reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the
-checkpoint (src.reliability.resume).
-Only then does `execute()` start the process group, build the real model and optimizer, create the run
-folder (rank 0), write `config.yaml` and `provenance.json`, train, and write `summary.json` and the timing table.
+Section 7 setups): the typed schema of the whole config (src.engine.schema: types, ranges, unknown keys), the
+launch and device (src.dist.setup), the model/data pairing and the model on the meta device, the variant at this
+world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
+reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
+(src.reliability.resume).
+Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
+(rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
+`summary.json` and the timing table.
 
-A resumed run (`resume=`) reuses its run folder: config.yaml is kept, the provenance of the resumed attempt goes
-to `provenance-resume-<step>.json`, metrics.jsonl loses the rows after the checkpoint's step, and the model,
-every rank's optimizer state, data position and RNGs are restored before the first step (src.reliability).
+A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
+first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
+checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
+training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals).
 
 A process group is started whenever the variant communicates, even for one process (see src.dist.setup).
 """
@@ -35,11 +38,14 @@ from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.errors import SetupError
 from src.engine.loop import PRECISIONS, LoopResult, train
 from src.engine.schedule import LRSchedule
+from src.engine.schema import check_config
 from src.engine.tasks import Task, make_task
-from src.runlog.metrics import truncate_after
+from src.runlog import history
+from src.runlog.command import this_command
+from src.runlog.metrics import read_metrics
 from src.runlog.provenance import collect, rank_info
-from src.runlog.run_dir import create_run_dir, default_name, plan_run_dir
-from src.runlog.sinks import Sinks, check_logger
+from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_run_dir, with_suffix
+from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
 from src.optim.factory import build_optimizer, validate_variant
@@ -52,7 +58,8 @@ from src.reliability.resume import (
     find_resume_point,
     reuses_run_dir,
 )
-from src.reliability.train_state import Progress
+from src.reliability.signals import StopSignals
+from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
 
 
@@ -65,6 +72,7 @@ class Plan:
     run_dir: Path | None  # decided on rank 0 only
     name: str
     resume: ResumePoint | None = None
+    restart: bool = False  # resume=auto found its run folder without a checkpoint: train again from step 0 in it
 
 
 def resolve_steps(cfg: DictConfig, task: Task) -> int:
@@ -101,6 +109,7 @@ def check_world_size(cfg: DictConfig, ctx: DistContext) -> None:
 def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     """Every check of the run, with no side effect; raises SetupError or DataError."""
     choices = choices or {}
+    check_config(cfg)
     ctx = describe(cfg.device, cfg.network)
     check_world_size(cfg, ctx)
     check_logger(cfg)
@@ -119,29 +128,72 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     point = find_resume_point(cfg, ctx.rank, ctx.world_size)
     if point is not None:
         check_compatible(point, cfg, meta_model, steps)
-        run_dir = point.run_dir
-    else:
-        run_dir = plan_run_dir(cfg, choices, reuse=reuses_run_dir(cfg)) if ctx.is_main else None
-    return Plan(ctx, task, steps, schedule, run_dir, default_name(cfg, choices), point)
+    run_dir = _plan_run_dir(cfg, choices, point) if ctx.is_main else None
+    restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
+    return Plan(ctx, task, steps, schedule, run_dir, default_name(cfg, choices), point, restart)
+
+
+def _plan_run_dir(cfg: DictConfig, choices: dict, point: ResumePoint | None) -> Path:
+    if point is None:
+        return plan_run_dir(cfg, choices, reuse=reuses_run_dir(cfg))
+    if point.mode != "branch":
+        return point.run_dir
+    if cfg.run.get("dir"):
+        return plan_run_dir(cfg, choices)
+    base, n = point.run_dir.with_name(f"{point.run_dir.name}-from-step{point.checkpoint.step}"), 1
+    while with_suffix(base, n).exists():
+        n += 1
+    return with_suffix(base, n)
 
 
 def _write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[str]) -> Path | None:
-    """Create (or reuse) the run folder on rank 0 and write config.yaml and provenance; returns it on every rank."""
+def _open_run_dir(cfg: DictConfig, plan: Plan) -> tuple[Path, str]:
+    """Rank 0: claim, branch into or reuse the run folder, saying what happens; returns it and the attempt kind."""
+    point, path, explicit = plan.resume, plan.run_dir, bool(cfg.run.get("dir"))
+    if plan.restart:  # resume=auto found its folder without a checkpoint before anything started
+        dropped = history.drop_rows_after(path, -1)
+        print(f"lioncub: resume=auto: no checkpoint in {path}; training again from step 0 in it ({dropped} rows "
+              f"of the earlier attempt moved to {history.DROPPED})", flush=True)
+        return path.resolve(), "restart"
+    if point is None:
+        return claim_run_dir(path, explicit), "start"
+    step = point.checkpoint.step
+    if point.mode == "branch":
+        run_dir = claim_run_dir(path, explicit)
+        history.copy_history(point.run_dir, run_dir, step, point.checkpoint.path, CHECKPOINT_DIR)
+        print(f"lioncub: {point.checkpoint.path} is older than the run's newest checkpoint (step "
+              f"{point.newest_step}): branching into the new run folder {run_dir}; {point.run_dir} is left as it is "
+              "(resume_rewind=true would continue there, deleting its later checkpoints)", flush=True)
+        return run_dir, "branch"
+    if point.mode == "rewind":
+        gone = CheckpointManager(point.checkpoint.path.parent).discard_after(step)
+        print(f"lioncub: resume_rewind=true: deleted the checkpoints after step {step} of {point.run_dir} "
+              f"({', '.join(p.name for p in gone)})", flush=True)
+    dropped = history.drop_rows_after(point.run_dir, step)
+    print(f"lioncub: continuing {point.run_dir} from step {step}"
+          + (f" ({dropped} later rows moved to {history.DROPPED})" if dropped else ""), flush=True)
+    return point.run_dir.resolve(), "resume" if point.mode == "continue" else point.mode
+
+
+def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[str]) -> Path:
+    """Open the run folder on rank 0 and record this attempt, its config and provenance; returns it on every rank."""
     ctx, point = plan.ctx, plan.resume
-    run_dir = create_run_dir(plan.run_dir) if ctx.is_main else None
+    run_dir, kind = _open_run_dir(cfg, plan) if ctx.is_main else (None, None)
     run_dir = Path(broadcast_object(str(run_dir) if run_dir else None))
     ranks = gather_objects(rank_info(ctx))
     if ctx.is_main:
-        step = point.checkpoint.step if point else -1  # a fresh start in a reused folder drops every row
-        truncate_after(run_dir / "metrics.jsonl", step)
-        if point is None:
-            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        name = f"provenance-resume-{step}.json" if point else "provenance.json"
-        _write_json(run_dir / name, collect(ctx, ranks, network_env, overrides))
+        step = point.checkpoint.step if point else 0
+        row = history.record_attempt(run_dir, kind, OmegaConf.to_container(cfg, resolve=True), step,
+                                     str(point.checkpoint.path) if point else None, overrides, this_command())
+        changed = {k: v for k, v in row["changes"].items() if k not in ("resume", "resume_rewind", "run.dir")}
+        if changed:
+            print(f"lioncub: this attempt changes {', '.join(f'{k}: {a} -> {b}' for k, (a, b) in changed.items())} "
+                  f"(recorded in {history.ATTEMPTS}; config.yaml now holds the new values)", flush=True)
+        _write_json(run_dir / history.provenance_name(row["attempt"]), collect(ctx, ranks, network_env, overrides))
+        print(f"lioncub: run folder {run_dir}", flush=True)
     return run_dir
 
 
@@ -155,8 +207,6 @@ def _resume(plan: Plan, model, optimizer, task) -> Progress:
         raise SetupError(f"rank {plan.ctx.rank} would resume from {point.checkpoint.path} but rank 0 from {chosen}; "
                          "do all ranks see the same run folder?")
     manager = CheckpointManager(point.checkpoint.path.parent, plan.ctx.rank, plan.ctx.world_size)
-    if plan.ctx.is_main and point.explicit:
-        manager.discard_after(point.checkpoint.step)
     progress = train_state.restore(manager, point.checkpoint, model, optimizer, task)
     if plan.ctx.is_main:
         print(f"lioncub: resumed from {point.checkpoint.path} (step {progress.step})", flush=True)
@@ -164,18 +214,20 @@ def _resume(plan: Plan, model, optimizer, task) -> Progress:
 
 
 def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
-    """Put the checkpoint's W&B run id back if the folder lost it, so W&B continues the same run."""
-    wandb_id = plan.resume.checkpoint.manifest["meta"].get("wandb_id") if plan.resume else None
+    """Put the checkpoint's W&B run id back if the folder lost it, so W&B continues the same run (not a branch)."""
+    point = plan.resume
+    wandb_id = point.checkpoint.manifest["meta"].get("wandb_id") if point and point.mode != "branch" else None
     if wandb_id and not (run_dir / ID_FILE).exists():
         (run_dir / ID_FILE).write_text(wandb_id + "\n")
 
 
-def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progress: Progress) -> StepHooks:
+def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progress: Progress,
+           stop: StopSignals) -> StepHooks:
     id_file = run_dir / ID_FILE
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps)
-    return StepHooks(cfg, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress)
+    return StepHooks(cfg, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 
 def _timing(run_dir: Path) -> dict | None:
@@ -201,9 +253,25 @@ def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict) -> None:
     print(f"run folder: {run_dir}", flush=True)
 
 
+def _already_finished(plan: Plan) -> dict | None:
+    """The summary of a run that `resume` would continue although it has done all its steps (else None)."""
+    point = plan.resume
+    summary = point.run_dir / "summary.json" if point else None
+    if point and point.mode == "continue" and point.checkpoint.step >= plan.steps and summary.is_file():
+        done = json.loads(summary.read_text())
+        if done.get("steps") == plan.steps and not done.get("interrupted_at"):
+            return done
+    return None
+
+
 def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> dict:
-    """Train as planned; returns the summary (on every rank)."""
+    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal."""
     ctx, task = plan.ctx, plan.task
+    done = _already_finished(plan)
+    if done is not None:
+        if ctx.is_main:
+            print(f"lioncub: {plan.resume.run_dir} has finished all {plan.steps} steps; nothing to resume", flush=True)
+        return done
     needs_group = ctx.world_size > 1 or cfg.variant.optimizer != "lion"
     network_env = init_process_group(ctx, cfg.network) if needs_group else {}
     try:
@@ -218,22 +286,28 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
-        sinks = Sinks(cfg, run_dir, ctx.is_main, plan.name)
-        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress)
+        resumed = ctx.is_main and plan.resume is not None and cfg.logger.name == "wandb"
+        sinks = Sinks(cfg, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+        stop = StopSignals()
+        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop)
         stats = make_stats(check_stats_config(cfg.get("stats"), model), model, optimizer, rank=ctx.rank,
                            world_size=ctx.world_size, seed=int(cfg.seed), run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
-        result = train(task, model, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
+        with stop.installed():
+            result = train(task, model, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                    "train_time": result.train_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
                    "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
                    "skipped_steps": hooks.progress.skipped_steps,
-                   "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None}
+                   "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
+                   "interrupted_at": hooks.interrupted.step if hooks.interrupted else None}
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)
         sinks.close(summary)
+        if hooks.interrupted:
+            raise hooks.interrupted
         if ctx.is_main:
             _finish_outputs(run_dir, result, summary)
         return summary

@@ -166,6 +166,10 @@ class CheckpointManager:
                 return found
         return None
 
+    def completed_steps(self) -> list[int]:
+        """Steps of the folders holding a manifest (complete unless a file was damaged later), oldest first."""
+        return [int(_STEP_DIR.match(c.name).group(1)) for c in self._candidates() if (c / "manifest.json").is_file()]
+
     def discard_after(self, step: int) -> list[Path]:
         """Delete the step folders newer than `step` (rank 0; used when a run is rewound to an older checkpoint)."""
         newer = [c for c in self._candidates() if int(_STEP_DIR.match(c.name).group(1)) > step]

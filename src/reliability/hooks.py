@@ -4,9 +4,11 @@
 the pre-step RNG and data position are kept, so the "last good state" can be saved exactly), `after_backward()`
 (fault injection: NaN gradient), `step_ok(loss, grad_norm)` after clipping and before `optimizer.step()`, and
 `end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the replica guard every
-`guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps and at the end).
+`guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps, at the end and when
+stopping on a signal, after which `end` returns True and `interrupted` says where). The ranks agree on a stop
+signal (`src.reliability.signals`) in `step_ok`'s vote, so the loop knows before `end` that this step saves.
 
-Non-finite policy (`nonfinite.policy`): every rank votes with `vote` (one single-element MIN allreduce, then one
+Non-finite policy (`nonfinite.policy`): every rank votes with `vote` (one two-element MIN allreduce, then one
 host transfer that also brings the loss and gradient norm the loop logs; timed as part of the `clip` phase), so
 no rank enters the optimizer's quantizer or collective with a NaN and all ranks take the same decision. `skip`:
 the step's gradients are dropped on every rank (no optimizer step; the momentum and parameters keep their values;
@@ -28,6 +30,7 @@ from src.reliability.faults import Faults
 from src.reliability.guard import check_replicas
 from src.reliability.nonfinite import POLICIES, NonFiniteStepError, Verdict, vote
 from src.reliability.rng import capture_rng_state
+from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
 
@@ -51,7 +54,7 @@ def check_reliability_config(cfg: DictConfig, world_size: int) -> None:
 
 class StepHooks:
     def __init__(self, cfg: DictConfig, ctx: DistContext, run_dir: Path, model, optimizer, task, meta: dict,
-                 total_steps: int, progress: Progress | None = None):
+                 total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
         self.faults = Faults.from_config(cfg.get("fault"), ctx.rank, ctx.world_size)
@@ -61,6 +64,8 @@ class StepHooks:
         self.named = named_parameters_with_aliases(model)
         self.params = [p for _, p in self.named]
         self.step, self._before = 0, None
+        self.stop, self.interrupted = stop or StopSignals(), None  # interrupted: Interrupted once stopped
+        self.signum = 0  # the stop signal the ranks agreed on in the last vote (0: none)
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -74,7 +79,8 @@ class StepHooks:
     def step_ok(self, loss, grad_norm) -> Verdict:
         """A true verdict when every rank's loss and gradients are finite; otherwise skip (a false verdict) or stop
         (raises). The verdict carries this rank's loss and gradient norm: the step's one host transfer (`vote`)."""
-        verdict = vote(loss, grad_norm, self.params)
+        verdict = vote(loss, grad_norm, self.params, signum=self.stop.received)
+        self.signum = verdict.signum
         if verdict:
             return verdict
         bad = [r for r, ok in enumerate(gather_objects(verdict.local_ok)) if not ok]
@@ -91,16 +97,26 @@ class StepHooks:
                                  f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
                                  "nonfinite.policy=skip")
 
-    def saves_at(self, step: int) -> bool:
-        """Whether `end(step)` writes a checkpoint (every `checkpoint.every` steps and at the last step)."""
-        return step == self.total_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
+    def stops_at(self, step: int) -> bool:
+        """Whether every rank agreed, in this step's vote, to stop after `step` on a signal."""
+        return bool(self.signum) and step < self.total_steps
 
-    def end(self, step: int) -> None:
+    def saves_at(self, step: int) -> bool:
+        """Whether `end(step)` writes a checkpoint: every `checkpoint.every` steps, at the last step, and when
+        stopping on a signal (known after `step_ok`)."""
+        return (step == self.total_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
+                or self.stops_at(step))
+
+    def end(self, step: int) -> bool:
+        """After the step's row: guard, checkpoint; True when every rank agreed to stop here on a signal."""
         self.faults.maybe_perturb(step, self.params)
-        saving = self.saves_at(step)
+        stopping, saving = self.stops_at(step), self.saves_at(step)
         if self.guard_every and (saving or step % self.guard_every == 0):
             check_replicas(self.named, step)
         if saving:
             path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta)
             if self.ctx.is_main:
                 print(f"lioncub: checkpoint {path}", flush=True)
+            if stopping:
+                self.interrupted = Interrupted(step, self.signum, path)
+        return stopping

@@ -10,6 +10,8 @@ while the others wait for it in the reducer's collective.
 [agreed flag, local flag, loss, gradient norm]. The host must know the verdict before `optimizer.step()` (every rank
 must enter the reducer's collectives, or none), so this transfer is the step's one host synchronisation on a GPU;
 the loss and gradient norm the loop logs ride along with it instead of costing two `.item()` calls of their own.
+A stop signal rides along too (`src.reliability.signals`): the allreduce takes the MIN of [finite flag, -signal
+number], so every rank learns the largest signal any rank received with no collective of its own.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ class Verdict:
     local_ok: bool  # this rank's own verdict
     loss: float  # this rank's loss
     grad_norm: float | None  # this rank's total gradient norm before clipping (None when not clipped)
+    signum: int = 0  # the largest stop signal any rank had received when it voted (0: none)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -56,9 +59,11 @@ def step_is_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=No
     return ok
 
 
-def agreed_flag(local: torch.Tensor, group=None) -> torch.Tensor:
-    """A 1-element int32 tensor on the collective's device: 1 when `local` is true on every rank (no host sync)."""
-    flag = local.detach().to(torch.int32).reshape(1)
+def agreed_flag(local: torch.Tensor, group=None, signum: int = 0) -> torch.Tensor:
+    """A 2-element int32 tensor on the collective's device (no host sync): [1 when `local` is true on every rank,
+    minus the largest `signum` of any rank]."""
+    flag = torch.stack([local.detach().to(torch.int32).reshape(()),
+                        torch.full((), -signum, dtype=torch.int32, device=local.device)])
     if dist.is_initialized() and dist.get_world_size(group) > 1:
         flag = on_collective_device(flag, group)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
@@ -66,18 +71,19 @@ def agreed_flag(local: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def all_ranks_finite(local: torch.Tensor, group=None) -> bool:
-    """True when the step is finite on every rank (one single-element allreduce when a group is up)."""
-    return bool(agreed_flag(local, group).item())
+    """True when the step is finite on every rank (one two-element allreduce when a group is up)."""
+    return bool(agreed_flag(local, group)[0].item())
 
 
-def vote(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=None, group=None) -> Verdict:
-    """Every rank's verdict on this step, with this rank's loss and gradient norm, in one host transfer."""
+def vote(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=None, group=None, signum: int = 0) -> Verdict:
+    """Every rank's verdict on this step (and the stop signal they agree on), with this rank's loss and gradient
+    norm, in one host transfer."""
     local = step_is_finite(loss, grad_norm, params)
-    flag = agreed_flag(local, group)
+    flag = agreed_flag(local, group, signum)
     parts = [flag.to(torch.float64), local.reshape(1).to(flag.device, torch.float64),
              loss.detach().reshape(1).to(flag.device, torch.float64)]
     if grad_norm is not None:
         parts.append(grad_norm.detach().reshape(1).to(flag.device, torch.float64))
     values = torch.cat(parts).tolist()  # the one transfer
-    return Verdict(ok=values[0] == 1.0, local_ok=values[1] == 1.0, loss=values[2],
-                   grad_norm=values[3] if grad_norm is not None else None)
+    return Verdict(ok=values[0] == 1.0, local_ok=values[2] == 1.0, loss=values[3],
+                   grad_norm=values[4] if grad_norm is not None else None, signum=int(-values[1]))

@@ -1,11 +1,14 @@
-"""Which checkpoint a run resumes from, checked before training (issue: Reliability, `resume=`).
+"""Which checkpoint a run resumes from, and where it continues, checked before training (`resume=`).
 
 `resume=false` starts fresh. `resume=true` continues the run in `run.dir` from its newest valid checkpoint (an
 error when it has none). `resume=auto` does the same when `run.dir` holds a valid checkpoint and otherwise starts
-fresh; it is meant for `torchrun --max-restarts=N`, whose restarted workers (TORCHELASTIC_RESTART_COUNT > 0) may
-then also start fresh in the folder the failed attempt left behind. `resume=PATH` names a checkpoint folder
-(`<run>/checkpoints/step_XXXXXXXX`) or a run folder; the run continues in that run folder, and checkpoints newer
-than an explicitly chosen older one are discarded with the metrics rows after it.
+from step 0 in that folder (a new one, or one a run left without a checkpoint); it is meant for
+`torchrun --max-restarts=N` and for a command that is simply run again. `resume=PATH` names a checkpoint folder
+(`<run>/checkpoints/step_XXXXXXXX`) or a run folder. The mode of the resumed run (`ResumePoint.mode`):
+- `continue`: from the run's newest valid checkpoint, in its own folder (rows after the step are recomputed);
+- `branch`: from an older checkpoint than the run's newest complete one: the run continues in a NEW folder (a
+  sibling `<run>-from-step<N>`, or `run.dir` when given) and the original folder is left byte for byte as it was;
+- `rewind`: the same with `resume_rewind=true`: in the original folder, deleting its newer checkpoints and rows.
 
 Before anything starts, the checkpoint must verify (manifest and checksums; a checkpoint cut short is skipped for
 the previous one), have been written by the same number of ranks (each rank's momentum is its own), and match
@@ -21,17 +24,20 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.errors import SetupError
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
-from src.reliability.faults import restart_count
 from src.reliability.train_state import CHECKPOINT_DIR, model_shapes
 
 MODES = "false, true, auto or a checkpoint/run folder"
 
 
+MODES_OF_RESUME = ("continue", "branch", "rewind")
+
+
 @dataclass(frozen=True)
 class ResumePoint:
-    run_dir: Path
+    run_dir: Path  # the run the checkpoint belongs to
     checkpoint: Checkpoint
-    explicit: bool  # chosen by path (newer checkpoints are discarded)
+    mode: str = "continue"  # see MODES_OF_RESUME
+    newest_step: int | None = None  # the run's newest complete checkpoint (later than `checkpoint` unless continuing)
 
 
 def resume_mode(cfg: DictConfig) -> str:
@@ -44,8 +50,8 @@ def resume_mode(cfg: DictConfig) -> str:
 
 
 def reuses_run_dir(cfg: DictConfig) -> bool:
-    """May a fresh start write into a non-empty run.dir? Only in a restarted attempt of a `resume=auto` job."""
-    return resume_mode(cfg) == "auto" and restart_count() > 0
+    """May a fresh start write into an existing run folder? With `resume=auto`: the folder is this run's own."""
+    return resume_mode(cfg) == "auto"
 
 
 def _run_dir_of(cfg: DictConfig, mode: str) -> Path:
@@ -55,18 +61,35 @@ def _run_dir_of(cfg: DictConfig, mode: str) -> Path:
     return Path(cfg.run.dir)
 
 
-def _from_path(path: Path, manager_for) -> tuple[Path, Checkpoint | None, bool]:
+def _from_path(path: Path, manager_for) -> tuple[Path, Checkpoint | None]:
     if (path / "manifest.json").is_file() or path.parent.name == CHECKPOINT_DIR:
-        return path.parent.parent, manager_for(path.parent).open(path), True
+        return path.parent.parent, manager_for(path.parent).open(path)
     if (path / CHECKPOINT_DIR).is_dir():
-        return path, manager_for(path / CHECKPOINT_DIR).newest_valid(), False
+        return path, manager_for(path / CHECKPOINT_DIR).newest_valid()
     raise SetupError(f"resume={path}: not a checkpoint folder (no manifest.json) nor a run folder (no "
                      f"{CHECKPOINT_DIR}/ inside); give <run>/{CHECKPOINT_DIR}/step_XXXXXXXX or <run>")
+
+
+def _no_checkpoint(cfg: DictConfig, run_dir: Path) -> SetupError:
+    every = cfg.checkpoint.every
+    when = "only at the end (checkpoint.every=0)" if not every else f"every {every} steps"
+    return SetupError(f"resume={cfg.resume}: no valid checkpoint under {run_dir / CHECKPOINT_DIR} (this "
+                      f"configuration saves {when}, so a run stopped earlier left none). Start it again from step 0 "
+                      f"in the same folder with resume=auto run.dir={run_dir}, or start a new run without run.dir")
+
+
+def _mode(cfg: DictConfig, found: Checkpoint, newest: int) -> str:
+    if newest <= found.step:
+        return "continue"
+    return "rewind" if cfg.get("resume_rewind", False) else "branch"
 
 
 def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoint | None:
     """The checkpoint to resume from, or None for a fresh start; reads files only (no process group)."""
     mode = resume_mode(cfg)
+    if cfg.get("resume_rewind", False) and mode != "path":
+        raise SetupError(f"resume_rewind=true applies to resume=<checkpoint folder> (an older checkpoint of a run), "
+                         f"not to resume={cfg.resume}")
     if mode == "false":
         return None
 
@@ -75,21 +98,25 @@ def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoin
 
     try:
         if mode == "path":
-            run_dir, found, explicit = _from_path(Path(str(cfg.resume)), manager_for)
+            run_dir, found = _from_path(Path(str(cfg.resume)), manager_for)
         else:
-            run_dir, explicit = _run_dir_of(cfg, mode), False
+            run_dir = _run_dir_of(cfg, mode)
             found = manager_for(run_dir / CHECKPOINT_DIR).newest_valid()
         if found is not None:
             found = manager_for(found.path.parent).open(found.path)  # world size check
     except CheckpointError as exc:
         raise SetupError(f"resume={cfg.resume}: {exc}") from exc
     if found is None and mode != "auto":
-        raise SetupError(f"resume={cfg.resume}: no valid checkpoint under {run_dir / CHECKPOINT_DIR} (none written, "
-                         "or all cut short); start a new run (resume=false) or use resume=auto")
-    if run_dir and cfg.run.get("dir") and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
+        raise _no_checkpoint(cfg, run_dir)
+    if found is None:
+        return None
+    newest = max(manager_for(found.path.parent).completed_steps(), default=found.step)
+    chosen = _mode(cfg, found, newest) if mode == "path" else "continue"  # true/auto: the newest valid one
+    point = ResumePoint(Path(run_dir), found, chosen, newest)
+    if point.mode != "branch" and cfg.run.get("dir") and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
         raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
                          "run.dir unset or give the same folder")
-    return None if found is None else ResumePoint(Path(run_dir), found, explicit)
+    return point
 
 
 def check_compatible(point: ResumePoint, cfg: DictConfig, meta_model: torch.nn.Module, total_steps: int) -> None:

@@ -3,7 +3,8 @@
 Each training step appends one row (see `src.engine.loop` for the keys); evaluation results join the row of the
 step they follow, and the evaluation before training is a row of its own at step 0. Rows are flushed as they are
 written, so a crashed or running job can be plotted. A resumed run first drops the rows after its checkpoint's
-step (`truncate_after`), so the file never holds a step twice.
+step (`truncate_after`; src.runlog.history keeps them in metrics-dropped.jsonl), so the file never holds a step
+twice.
 """
 from __future__ import annotations
 
@@ -41,20 +42,19 @@ def read_metrics(path: str | Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def truncate_after(path: str | Path, step: int) -> int:
-    """Drop the rows of `path` whose step is beyond `step` (and a torn last line); returns how many were kept."""
+def truncate_after(path: str | Path, step: int) -> tuple[list[str], list[str]]:
+    """Drop the rows of `path` whose step is beyond `step` (and a torn last line); returns (kept, dropped) lines."""
     path = Path(path)
     if not path.exists():
-        return 0
-    kept = []
+        return [], []
+    kept, dropped = [], []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             row = json.loads(line)
         except ValueError:
             continue  # a line cut short by a crash
-        if isinstance(row, dict) and row.get("step", 0) <= step:
-            kept.append(line)
+        (kept if isinstance(row, dict) and row.get("step", 0) <= step else dropped).append(line)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
     os.replace(tmp, path)
-    return len(kept)
+    return kept, dropped

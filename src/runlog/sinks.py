@@ -1,6 +1,9 @@
 """Where a step's metrics go: metrics.jsonl always, W&B with `logger=wandb` (rank 0 only; others log nothing).
 
-`logger=local` and `logger=none` both mean local files only.
+`logger=local` and `logger=none` both mean local files only. The W&B run is named after the run folder and
+grouped by `logger.group`, else by the sweep folder (`run.sweep`), so the runs of one sweep share a W&B group.
+A resumed or branched run first replays the metrics rows it continues from into W&B (`replay`), so its newest
+offline W&B folder alone holds the whole history, whatever order `wandb sync` uploads the folders in.
 """
 from __future__ import annotations
 
@@ -26,13 +29,17 @@ def check_logger(cfg: DictConfig) -> None:
 class Sinks:
     """Fan a row out to every sink of this rank."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, is_main: bool, run_name: str):
+    def __init__(self, cfg: DictConfig, run_dir: Path | None, is_main: bool, replay: list[dict] = ()):
         self.metrics = MetricsWriter(run_dir / METRICS_FILE) if is_main else None
         self.wandb = None
         if is_main and cfg.logger.name == "wandb":
             from src.runlog.wandb_logger import WandbLogger
 
-            self.wandb = WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_name)
+            group = cfg.logger.get("group") or (Path(cfg.run.sweep).name if cfg.run.get("sweep") else None)
+            self.wandb = WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_dir.name,
+                                     group=group)
+            for row in replay:
+                self.wandb.log(row)
 
     def log(self, row: dict) -> None:
         if self.metrics:

@@ -3,7 +3,9 @@
 Offline by default (`logger.mode=offline`: the run is written under `<run dir>/wandb/` and uploaded later with
 `wandb sync`); `logger.mode=online` logs live. The W&B run id is stored in `<run dir>/wandb_id`; starting a logger on
 a run folder that already holds one continues the same W&B run (`resume="allow"`), which is what a resumed training
-run does. Each step logs the same row as `metrics.jsonl`, with `step` as the W&B step.
+run does. A later attempt writes under `<run dir>/wandb/attempt<N>/` (W&B names its offline folder after the second
+it started in, so two attempts within one second would otherwise share, and overwrite, one folder). Each step logs
+the same row as `metrics.jsonl`, with `step` as the W&B step.
 """
 from __future__ import annotations
 
@@ -13,33 +15,45 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.runlog.wandb_offline import wait_until_complete
+
 ID_FILE = "wandb_id"
 MODES = ("offline", "online", "disabled")
 
 
 class WandbLogger:
-    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str):
+    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str, group: str | None = None):
         import wandb
 
         mode = logger_cfg.get("mode", "offline")
         if mode not in MODES:
             raise ValueError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
+        self.mode = mode
         id_file = Path(run_dir) / ID_FILE
         if id_file.is_file():
             run_id = id_file.read_text().strip()
         else:
             run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
             id_file.write_text(run_id + "\n")
+        folder = Path(run_dir)
+        if (folder / "wandb").exists():
+            folder = folder / "wandb" / f"attempt{1 + len(list((folder / 'wandb').glob('attempt*')))}"
+            folder.mkdir(parents=True)
         tags = logger_cfg.get("tags") or []
         tags = OmegaConf.to_container(tags, resolve=True) if OmegaConf.is_config(tags) else list(tags)
         self.run = wandb.init(project=logger_cfg.get("project", "lioncub"), entity=logger_cfg.get("entity"),
-                              group=logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
-                              mode=mode, dir=str(run_dir), config=config)
+                              group=group or logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
+                              mode=mode, dir=str(folder), config=config)
         self.run.define_metric("step")
 
     def log(self, row: dict) -> None:
         self.run.log({k: v for k, v in row.items() if v is not None}, step=int(row["step"]))
 
     def finish(self, summary: dict) -> None:
+        """End the W&B run; offline, wait until its file is complete (W&B writes it after `finish()` returns, and
+        loses what is left when the process exits first, seen with wandb 0.31)."""
         self.run.summary.update({k: v for k, v in summary.items() if v is not None})
+        run_file = Path(self.run.dir).parent / f"run-{self.run.id}.wandb"
         self.run.finish()
+        if self.mode == "offline" and not wait_until_complete(run_file):
+            print(f"lioncub: warning: the W&B offline file {run_file} is not complete yet", flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,3 +96,21 @@ def find_run_file(root: str | Path) -> Path:
     if len(files) != 1:
         raise FileNotFoundError(f"expected one run-*.wandb under {root}, found {len(files)}: {files}")
     return files[0]
+
+
+def is_complete(path: str | Path) -> bool:
+    """Has the run file its final `exit` record (W&B writes an offline file after `finish()` returns)?"""
+    try:
+        return any(r.WhichOneof("record_type") == "exit" for r in read_records(path))
+    except (OSError, ValueError, struct.error):  # missing, or a record still being written
+        return False
+
+
+def wait_until_complete(path: str | Path, timeout_s: float = 60.0) -> bool:
+    """Wait until `is_complete(path)`, at most `timeout_s`; returns whether it is."""
+    deadline = time.monotonic() + timeout_s
+    while not is_complete(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -12,17 +12,21 @@ from src.engine.tasks.vision import VisionTask
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (GPTTask, VisionTask)}
 
 
-def make_task(cfg: DictConfig, ctx: DistContext) -> Task:
-    """The task for `cfg.model.kind`; a model paired with the wrong data kind is a SetupError naming both."""
-    model_kind, data_kind = cfg.model.get("kind"), cfg.data.get("kind")
+def task_class(model_kind: str, data_kind: str) -> type[Task]:
+    """The task that trains `model_kind` on `data_kind`; a wrong pairing is a SetupError naming both."""
     for cls in TASKS.values():
         if model_kind in cls.model_kinds:
             if data_kind not in cls.data_kinds:
                 raise SetupError(f"model kind {model_kind!r} trains on data of kind {' or '.join(cls.data_kinds)}, but "
                                  f"data={data_kind!r} was chosen; pick a matching data option (conf/data/)")
-            return cls(cfg, ctx)
+            return cls
     known = sorted(k for cls in TASKS.values() for k in cls.model_kinds)
     raise SetupError(f"no task trains model kind {model_kind!r}; known kinds: {', '.join(known)}")
 
 
-__all__ = ["TASKS", "Task", "make_task"]
+def make_task(cfg: DictConfig, ctx: DistContext) -> Task:
+    """The task for `cfg.model.kind` on `cfg.data.kind` (see `task_class`)."""
+    return task_class(cfg.model.get("kind"), cfg.data.get("kind"))(cfg, ctx)
+
+
+__all__ = ["TASKS", "Task", "make_task", "task_class"]

@@ -1,0 +1,235 @@
+"""The typed schema of lioncub's configuration (conf/), checked before anything starts (Lion Cub, Section 7 setups).
+
+Every key of the composed config has a type and, where it matters, a range or a list of choices; `check_config`
+reports every problem at once, one line each (key, value, what is allowed), as a SetupError, before any process
+group or run folder exists. `model.params` is checked against its kind's schema and `data` against its kind's;
+a model paired with the wrong data kind is reported alone (the other problems would follow from it).
+
+Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
+`network.env` (environment variables), `variant.reducer` and `variant.momentum_sync` (checked by
+`src.optim.factory.validate_variant`, which names the valid options), `logger.tags`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from omegaconf import DictConfig
+
+from src.engine.loop import PRECISIONS
+from src.engine.schedule import SCHEDULES
+from src.engine.tasks import task_class
+from src.engine.typecheck import Doc, OneOf, Range, problems
+from src.errors import SetupError
+from src.optim.factory import OPTIMIZERS
+from src.reliability.nonfinite import POLICIES
+from src.runlog.sinks import LOGGERS
+from src.runlog.wandb_logger import MODES
+
+Count = Annotated[int, Range(ge=1)]
+Every = Annotated[int, Range(ge=0), Doc("0: off")]
+Fraction = Annotated[float, Range(ge=0, le=1)]
+Beta = Annotated[float, Range(ge=0, lt=1)]
+
+
+@dataclass
+class Train:
+    steps: Count
+    epochs: Count | None
+    eval_every: Annotated[int, Range(ge=0), Doc("0: only at the start and the end")]
+    eval_at_start: bool
+    eval_batches: Count
+    timing_skip: Annotated[int, Range(ge=0)]
+    progress: bool
+    log_every_s: Annotated[float, Range(ge=0)]
+
+
+@dataclass
+class Run:
+    root: str
+    name: str | None
+    dir: str | None
+    label: str | None
+    sweep: str | None
+
+
+@dataclass
+class Checkpoint:
+    every: Every
+    keep: Count
+
+
+@dataclass
+class Guard:
+    every: Every
+
+
+@dataclass
+class NonFinite:
+    policy: Annotated[str, OneOf(POLICIES)]
+
+
+@dataclass
+class Fault:
+    kill_rank: int | None
+    kill_at_step: int | None
+    perturb_rank: int | None
+    perturb_at_step: int | None
+    nan_rank: int | None
+    nan_at_step: int | None
+
+
+@dataclass
+class Model:
+    kind: str
+    params: dict | None
+
+
+@dataclass
+class GPTParams:
+    size: str
+    block_size: Count | None
+    vocab_size: Count | None
+    n_layer: Count | None
+    n_head: Count | None
+    n_embd: Count | None
+    mlp_hidden: Count | None
+    tie_embeddings: bool | None
+
+
+@dataclass
+class ResNetParams:
+    num_classes: Count
+
+
+@dataclass
+class DeiTParams:
+    size: str
+    num_classes: Count
+    img_size: Count
+    pretrained_path: str | None
+
+
+MODEL_PARAMS = {"gpt": GPTParams, "resnet18_cifar": ResNetParams, "deit": DeiTParams}
+
+
+@dataclass
+class TokenData:
+    kind: str
+    dir: str
+    block_size: Count
+    batch_size: Count
+
+
+@dataclass
+class CifarData:
+    kind: str
+    root: str
+    num_classes: Count
+    img_size: Count
+    batch_size: Count
+    eval_batch_size: Count
+    num_workers: Annotated[int, Range(ge=0)]
+
+
+DATA = {"tokens": TokenData, "cifar100": CifarData}
+
+
+@dataclass
+class Variant:
+    name: str
+    optimizer: Annotated[str, OneOf(OPTIMIZERS)]
+    comm_dtype: str | None
+    reducer: dict | None
+    momentum_sync: dict | None
+
+
+@dataclass
+class Optim:
+    lr: Annotated[float, Range(gt=0)]
+    beta1: Beta
+    beta2: Beta
+    weight_decay: Annotated[float, Range(ge=0)]
+    clip: Annotated[float, Range(ge=0), Doc("0 or null: no clipping")] | None
+    schedule: Annotated[str, OneOf(SCHEDULES)]
+    warmup_steps: Annotated[int, Range(ge=0)]
+    min_lr_ratio: Fraction
+
+
+@dataclass
+class Network:
+    name: str
+    backend: Annotated[str, OneOf(("auto", "gloo", "nccl"))]
+    loopback: bool
+    timeout_s: Count
+    env: dict | None
+    nodes: Count | None
+    nproc_per_node: Count | None
+    rate: str | None
+
+
+@dataclass
+class Logger:
+    name: Annotated[str, OneOf(LOGGERS)]
+    mode: Annotated[str, OneOf(MODES)]
+    project: str
+    entity: str | None
+    group: str | None
+    tags: list | None
+
+
+@dataclass
+class Config:
+    seed: int
+    device: Annotated[str, OneOf(("auto", "cpu", "cuda"))]
+    precision: Annotated[str, OneOf(PRECISIONS)]
+    train: Train
+    run: Run
+    resume: Annotated[bool | str, Doc("false, true, auto or a checkpoint or run folder", replace=True)]
+    resume_rewind: bool
+    expect_world_size: Count | None
+    checkpoint: Checkpoint
+    guard: Guard
+    nonfinite: NonFinite
+    fault: Fault
+    model: Model
+    data: dict
+    variant: Variant
+    optim: Optim
+    network: Network
+    logger: Logger
+    stats: dict | None  # issue 8's statistics block: typed loosely here, checked by its own module
+
+
+def _by_kind(cfg: DictConfig, key: str, schemas: dict) -> tuple[str | None, list[str]]:
+    kind = cfg[key].get("kind")
+    if kind not in schemas:
+        return None, [f"{key}.kind={kind!r}: must be one of {', '.join(schemas)}"]
+    return kind, []
+
+
+def config_problems(cfg: DictConfig) -> list[str]:
+    """Every problem of the composed config, one line each (an empty list: it may train)."""
+    found = problems(cfg, Config, skip=("hydra", "data"))
+    model_kind, bad_model = _by_kind(cfg, "model", MODEL_PARAMS)
+    data_kind, bad_data = _by_kind(cfg, "data", DATA)
+    if bad_model or bad_data:
+        return found + bad_model + bad_data
+    try:
+        task_class(model_kind, data_kind)
+    except SetupError as exc:  # the model/data pairing: the other problems would follow from it
+        return [str(exc)]
+    found += problems(cfg.data, DATA[data_kind], "data")
+    params = cfg.model.get("params")
+    if params is not None and not [p for p in found if p.startswith("model.params=")]:
+        found += problems(params, MODEL_PARAMS[model_kind], "model.params")
+    return found
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise SetupError listing every problem of the composed config (types, ranges, choices, unknown keys)."""
+    found = config_problems(cfg)
+    if len(found) == 1:
+        raise SetupError(found[0])
+    if found:
+        raise SetupError(f"{len(found)} problems in the configuration:\n" + "\n".join(f"  {p}" for p in found))
