@@ -42,11 +42,11 @@ def test_every_problem_is_reported_at_once():
     assert any(p.startswith("model.params.n_layers=3: unknown key; did you mean model.params.n_layer?") for p in found)
 
 
-def test_blocks_other_branches_add_are_accepted():  # (every preset passes: tests/test_configs.py)
-    cfg = cfg_with("+stats.every=10", "+stats.quantizers=[sign,l1]", "+stats.levels=[1,15]",
-                   "+model.params.tie_embeddings=false", "model.params.n_layer=null")
+def test_statistics_block_and_untied_embeddings_are_accepted():  # (every preset passes: tests/test_configs.py)
+    cfg = cfg_with("stats.every=10", "stats.quantizers=[sign,l1]", "stats.levels={sign:1,l1:15}",
+                   "model.params.tie_embeddings=false", "model.params.n_layer=null")
     assert config_problems(cfg) == []
-    assert config_problems(cfg_with("+model.params.tie_embeddings=3")) == [
+    assert config_problems(cfg_with("model.params.tie_embeddings=3")) == [
         "model.params.tie_embeddings=3: must be true or false, or null"]
 
 
