@@ -31,9 +31,10 @@ from pathlib import Path
 from slurm.profile import Profile
 from slurm.runs import RunSpec
 
-# src.train's `resume=auto` refuses a non-empty run folder without a checkpoint (a requeued job that never reached
-# one). Until it accepts its own folder (issue 9), the job moves such a folder to <submission>/incomplete/ first.
-RESUME_AUTO_ACCEPTS_OWN_FOLDER = False
+# src.train's `resume=auto` starts again in its own run folder when that folder has no checkpoint yet (a requeued job
+# killed before its first one); set False for a src.train that refuses it: the job then moves such a folder to
+# <submission>/incomplete/ first.
+RESUME_AUTO_ACCEPTS_OWN_FOLDER = True
 SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 
 

@@ -23,7 +23,6 @@ import pytest
 import torch
 
 from slurm.local import LocalSlurm, LocalSlurmUnavailable, install
-from slurm.script import RESUME_AUTO_ACCEPTS_OWN_FOLDER
 from src.launch.netns import list_namespaces
 from src.reliability.checkpoint import rank_file
 from test_train_reliability import assert_same_tensors
@@ -192,9 +191,9 @@ def test_requeued_job_resumes_and_ends_bitwise_equal(slurm, demo_tokens, tmp_pat
     assert "lioncub: requeueing job" in log
     resumed = [int(line.rsplit("step_", 1)[1][:8]) for line in log.splitlines() if "lioncub: resumed from" in line]
     assert every <= resumed[-1] <= second, (resumed, first, second)
-    if not RESUME_AUTO_ACCEPTS_OWN_FOLDER:  # no checkpoint yet at the first requeue (the ranks write none on
-        assert "no checkpoint from the previous attempt" in log and len(resumed) == 1  # SIGTERM until issue 9)
-        assert len(list((folder / "incomplete").iterdir())) == 1
+    # the ranks finish the step they are in on SIGTERM and checkpoint it: both requeues resume from a checkpoint
+    assert len(resumed) == 2 and 1 <= resumed[0] < every, (resumed, first)
+    assert not (folder / "incomplete").exists() and "no checkpoint from the previous attempt" not in log
     records = [json.loads(line) for line in (folder / "jobs" / f"demo-{job}.jsonl").read_text().splitlines()]
     assert [r["restart"] for r in records if r["event"] == "start"] == [0, 1, 2]
     assert [r.get("requeue") for r in records if r["event"] == "end"][1] == 1
