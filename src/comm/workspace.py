@@ -22,5 +22,9 @@ class Workspace:
             self._buffers[name] = buf
         return buf
 
+    def nbytes(self) -> int:
+        """Bytes of all buffers held."""
+        return sum(buf.numel() * buf.element_size() for buf in self._buffers.values())
+
     def clear(self) -> None:
         self._buffers.clear()
