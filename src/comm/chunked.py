@@ -5,7 +5,7 @@ to exist as a whole: `source.values(chunk, scratch)` gives a chunk's update valu
 momentum and gradient pieces), `source.encoded(chunk)` says they were used (LionCub then steps the momentum), and
 `sink.target` / `sink.commit` receive the chunk's direction (LionCub applies it to the parameters). `reduce(update,
 step)` is `run` with a flat vector at one end and a flat direction buffer at the other (`VectorSource`,
-`VectorSink`). Memory a reducer keeps: one float scratch chunk and `PIPELINE_DEPTH + 1` slots of wire words (plus,
+`VectorSink`). Memory a reducer keeps: one float scratch chunk and `PIPELINE_DEPTH` slots of wire words (plus,
 for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK` elements), whatever the vector's length; and
 the flat direction of `reduce`, only when that is called.
 
@@ -113,7 +113,7 @@ class ChunkedReducer(Reducer):
         return codec.kernel(fn, self.compiled(numel))
 
     def slot(self, name: str, slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH + 1 slots)."""
+        """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH slots)."""
         return self.workspace.get(f"{name}{slot}", numel, dtype, device)
 
     def scratch(self, plan: ChunkPlan, device: torch.device, name: str = "scratch") -> torch.Tensor:

@@ -62,7 +62,8 @@ class NaiveParameterServer(_ParameterServer):
             yield Works([dist.isend(words, dst=self.global_rank(r), group=self.group, tag=tag)
                          for r in range(1, self.world_size)])
             return words
-        result = self._parts(context, slot, words.numel())[0]
+        per_rank = context.plan.chunk // fields_per_word(self.bits)
+        result = self.slot("result", slot, per_rank, word_dtype(self.bits), context.device)[: words.numel()]
         yield Works([dist.isend(words, dst=server, group=self.group, tag=tag),
                      dist.irecv(result, src=server, group=self.group, tag=tag)])
         return result

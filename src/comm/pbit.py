@@ -174,9 +174,8 @@ class PBitReducer(ChunkedReducer):
             layout = plan.layout
             segment_of_block, blocks_per_segment, sizes = layout.tensors(device)
             tail = plan.padded_numel // BLOCK - layout.nblocks
-            if tail:
-                extra = torch.full((tail,), len(layout.sizes), dtype=segment_of_block.dtype, device=device)
-                segment_of_block = torch.cat([segment_of_block, extra])
+            extra = torch.full((tail,), len(layout.sizes), dtype=segment_of_block.dtype, device=device)
+            segment_of_block = torch.cat([segment_of_block, extra]).to(torch.int32)
             needs = []
             for chunk in plan.chunks:
                 last = max((p.segment for p in chunk.pieces), default=-1)
@@ -184,6 +183,10 @@ class PBitReducer(ChunkedReducer):
                 needs.append(((end - 1) // plan.chunk if last >= 0 else -1, last + 1))
             self._tables[key] = (segment_of_block, blocks_per_segment, sizes, needs)
         return self._tables[key]
+
+    def buffer_bytes(self) -> int:
+        tables = sum(t.numel() * t.element_size() for entry in self._tables.values() for t in entry[:3])
+        return super().buffer_bytes() + tables
 
     def state_dict(self) -> dict:
         return {"seed": self.seed}

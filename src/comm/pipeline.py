@@ -4,7 +4,7 @@ A reducer cuts its flat vector into chunks (`ChunkPlan`) and runs each chunk as 
 launch an asynchronous collective (`async_op=True`), yield its work handle; after the collective, maybe a second
 one (the 1-bit all-to-all is followed by an allgather); then decode. `run_pipeline` keeps at most `depth`
 collectives outstanding and waits for the oldest first, so with depth 2 encoding chunk k+1 and decoding chunk k-1
-overlap the wire time of chunk k; each chunk in flight owns one of `depth + 1` buffer slots. The order of the
+overlap the wire time of chunk k; each chunk in flight owns one of `depth` buffer slots. The order of the
 collectives is the same on every rank (it depends only on the plan), as torch.distributed requires. Time spent
 waiting for a collective is the `communicate` phase; encoding and decoding are `quantize`.
 
@@ -90,7 +90,7 @@ Stages = Generator[object, None, None]
 def run_pipeline(chunks: Sequence[Chunk], start: Callable[[Chunk, int], Stages], timer,
                  depth: int = PIPELINE_DEPTH) -> None:
     """Run `start(chunk, slot)` for every chunk, keeping at most `depth` collectives outstanding (see above)."""
-    free = list(range(depth, -1, -1))
+    free = list(range(depth - 1, -1, -1))  # a chunk is started only when fewer than `depth` are in flight
     outstanding: deque = deque()  # (stages, slot, work), in the order the works were launched
 
     def finish_oldest() -> None:

@@ -10,7 +10,8 @@ and belongs to every class one of its names belongs to. A class that matches no 
 never a silent no-op.
 
 `allreduce_mean_` averages the chosen momenta in place with pipelined SUM allreduces of chunk-sized float32
-buffers (src/comm/pipeline.py): no flat copy of all momenta, no Python loop of kernels over the tensors.
+buffers (src/comm/pipeline.py): no flat copy of all momenta, no Python loop of kernels over the tensors. The
+buffers are released after each synchronisation (it runs every k steps: they are not kept through the others).
 """
 from __future__ import annotations
 
@@ -124,3 +125,4 @@ def allreduce_mean_(tensors: list[torch.Tensor], world_size: int, group, timer, 
             torch._foreach_copy_(held, staged)
 
     run_pipeline(plan.chunks, stages, timer)
+    workspace.release("sync")

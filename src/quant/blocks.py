@@ -47,18 +47,16 @@ class BlockLayout:
             start, padded = start + n, padded + b * block
         self.padded_numel = padded
         self.nblocks = padded // block
-        self._tensors: dict[torch.device, tuple[torch.Tensor, ...]] = {}
 
     def tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(segment of every block [nblocks] int64, blocks per segment [nseg] int64, sizes [nseg] float64)."""
+        """(segment of every block [nblocks] int64, blocks per segment [nseg] int64, sizes [nseg] float64); not
+        kept: a caller that wants them across calls keeps them."""
         device = torch.device(device)
-        if device not in self._tensors:
-            blocks = torch.tensor(self.blocks, dtype=torch.int64, device=device)
-            segment_of_block = torch.repeat_interleave(torch.arange(len(self.sizes), device=device), blocks,
-                                                       output_size=self.nblocks)
-            sizes = torch.tensor(self.sizes, dtype=torch.float64, device=device)
-            self._tensors[device] = (segment_of_block, blocks, sizes)
-        return self._tensors[device]
+        blocks = torch.tensor(self.blocks, dtype=torch.int64, device=device)
+        segment_of_block = torch.repeat_interleave(torch.arange(len(self.sizes), device=device), blocks,
+                                                   output_size=self.nblocks)
+        sizes = torch.tensor(self.sizes, dtype=torch.float64, device=device)
+        return segment_of_block, blocks, sizes
 
     def segments_between(self, start: int, end: int) -> range:
         """Indices of the segments whose padded range meets the padded range [start, end)."""
