@@ -64,8 +64,9 @@ class NaiveParameterServer(_ParameterServer):
             return words
         per_rank = context.plan.chunk // fields_per_word(self.bits)
         result = self.slot("result", slot, per_rank, word_dtype(self.bits), context.device)[: words.numel()]
-        yield Works([dist.isend(words, dst=server, group=self.group, tag=tag),
-                     dist.irecv(result, src=server, group=self.group, tag=tag)])
+        receive = dist.irecv(result, src=server, group=self.group, tag=tag)  # posted now, waited for second
+        yield dist.isend(words, dst=server, group=self.group, tag=tag)
+        yield receive
         return result
 
     def wire_bytes(self, numel: int) -> int:
