@@ -37,7 +37,8 @@ def expected(name: str, world_size: int, rank: int) -> int:
         return scratch + slots * C // 2
     if name == "cub8":                                         # bytes + block statistics and scale tables
         tables = 4 * PADDED_BLOCKS + 8 * SEGMENTS + 8 * SEGMENTS  # segment of each block, blocks and sizes
-        return scratch + slots * C + 4 * PADDED_BLOCKS + 4 * (SEGMENTS + 1) + tables
+        statistics = 4 * PADDED_BLOCKS + 4 * (SEGMENTS + 1) + 4 * min(C, 1 << 16)  # + |x| of one slice
+        return scratch + slots * C + statistics + tables
     if name == "cub1":                                         # sent, received, own part, gathered
         return scratch + slots * (3 * C // 8 + C // (8 * world_size))
     if name == "ps_tree":                                      # 4-bit words (+ the server's world of them)

@@ -34,6 +34,12 @@ def _views(tensor: torch.Tensor, chunk: Chunk, at_chunk: bool) -> list[torch.Ten
     return [tensor[p.flat: p.flat + p.length] for p in chunk.pieces]
 
 
+def zero_gaps(out: torch.Tensor, chunk: Chunk) -> None:
+    """Zero the chunk's padding in `out` (a chunk-sized buffer whose pieces are about to be written)."""
+    if chunk.gaps:
+        torch._foreach_zero_([out[a:b] for a, b in chunk.gaps])
+
+
 class VectorSource:
     """Chunks of one flat update vector: a view where the chunk is plain, else a zero-padded scratch copy."""
 
@@ -45,9 +51,9 @@ class VectorSource:
 
     def values(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
         if chunk.plain:
-            piece = chunk.pieces[0]
-            return self.update[piece.flat: piece.flat + piece.length]
-        out = scratch[: chunk.length].zero_()
+            return self.update[chunk.flat: chunk.flat + chunk.length]
+        out = scratch[: chunk.length]
+        zero_gaps(out, chunk)
         if chunk.pieces:
             torch._foreach_copy_(_views(out, chunk, True), _views(self.update, chunk, False))
         return out
@@ -66,8 +72,7 @@ class VectorSink:
 
     def target(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
         if chunk.plain:
-            piece = chunk.pieces[0]
-            return self.out[piece.flat: piece.flat + piece.length]
+            return self.out[chunk.flat: chunk.flat + chunk.length]
         return scratch[: chunk.length]
 
     def commit(self, chunk: Chunk, written: torch.Tensor) -> None:

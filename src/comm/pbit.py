@@ -37,7 +37,7 @@ from src.comm.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_wor
 from src.comm.pipeline import Chunk, ChunkPlan
 from src.comm.wire import ring_allreduce_bytes
 from src.quant import check_method
-from src.quant.blocks import BLOCK, block_stats, segment_inverse
+from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, segment_inverse
 
 
 def field_width(bits: int, per_rank: int, world_size: int) -> int | None:
@@ -212,6 +212,7 @@ class _Scales:
         nseg = len(plan.layout.sizes)
         self.stats = reducer.workspace.get("block_stats", plan.padded_numel // BLOCK, torch.float32, device)
         self.inverse = reducer.workspace.get("inverse", nseg + 1, torch.float32, device).zero_()
+        self.buffer = reducer.workspace.get("magnitude", min(STATS_SLICE, plan.chunk), torch.float32, device)
         self.stats_done = self.segments_done = 0
 
     def ensure(self, chunk: Chunk, context: RunContext) -> None:
@@ -222,8 +223,8 @@ class _Scales:
             values = context.values(ahead)
             with self.reducer.timer.phase("quantize"):
                 first = ahead.start // BLOCK
-                self.stats[first: first + ahead.length // BLOCK] = block_stats(values.view(-1, BLOCK),
-                                                                               self.reducer.quant)
+                block_stats(values.view(-1, BLOCK), self.reducer.quant,
+                            out=self.stats[first: first + ahead.length // BLOCK], buffer=self.buffer)
             self.stats_done += 1
         if segments > self.segments_done:
             with self.reducer.timer.phase("quantize"):

@@ -11,7 +11,7 @@ waiting for a collective is the `communicate` phase; encoding and decoding are `
 Layout: segments (the parameter tensors) sit in a padded vector (`src.quant.blocks.BlockLayout`; block 1 means no
 padding), whose length is rounded up to `align` (whole words, whole blocks per field plane, or whole bytes per rank
 for the 1-bit all-to-all). A `Chunk` is a range of that padded vector with the `pieces` of segments it holds; a
-chunk that is exactly one piece is `plain` (a view of the caller's flat vector, no copy).
+chunk without padding is `plain`: a view of the caller's flat vector does, no copy.
 A later overlap of communication with the next step's computation can keep the per-chunk generators alive across
 the step boundary and finish them chunk by chunk (every chunk carries its own state and buffers).
 """
@@ -43,11 +43,13 @@ class Chunk:
     start: int                   # in the padded vector
     length: int                  # a multiple of the plan's alignment
     pieces: tuple[Piece, ...]
+    plain: bool                  # no padding in it: the chunk is one contiguous slice of the unpadded vector
+    gaps: tuple[tuple[int, int], ...] = ()  # the padding: (start, end) in the chunk of what no piece covers
 
     @property
-    def plain(self) -> bool:
-        """One piece filling the whole chunk: the chunk is a contiguous slice of the unpadded vector."""
-        return len(self.pieces) == 1 and self.pieces[0].at == 0 and self.pieces[0].length == self.length
+    def flat(self) -> int:
+        """Where a plain chunk starts in the unpadded vector."""
+        return self.pieces[0].flat
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -69,7 +71,15 @@ class ChunkPlan:
         starts = self.layout.starts
         pieces = tuple(Piece(s, offset, n, at, starts[s] + offset)
                        for s, offset, n, at in self.layout.pieces(start, start + length))
-        return Chunk(index, start, length, pieces)
+        at, flat = 0, pieces[0].flat if pieces else 0
+        for piece in pieces:
+            if piece.at != at or piece.flat != flat:
+                break
+            at, flat = at + piece.length, flat + piece.length
+        ends = [0] + [p.at + p.length for p in pieces]
+        starts = [p.at for p in pieces] + [length]
+        gaps = tuple((a, b) for a, b in zip(ends, starts) if b > a)
+        return Chunk(index, start, length, pieces, plain=bool(pieces) and at == length, gaps=gaps)
 
 
 class Works:

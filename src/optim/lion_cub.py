@@ -31,7 +31,7 @@ import torch
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
-from src.comm.chunked import ChunkedReducer
+from src.comm.chunked import ChunkedReducer, zero_gaps
 from src.comm.pipeline import Chunk
 from src.comm.workspace import Workspace
 from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_
@@ -194,8 +194,7 @@ class _ChunkEnds:
 
     def values(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
         out = scratch[: chunk.length]
-        if sum(p.length for p in chunk.pieces) != chunk.length:
-            out.zero_()
+        zero_gaps(out, chunk)
         for index, pieces in self.chunk_groups[chunk.index]:
             beta1 = self.groups[index]["betas"][0]
             targets = self._at(out, pieces)

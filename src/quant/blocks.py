@@ -22,6 +22,7 @@ from typing import Sequence
 import torch
 
 BLOCK = 128
+STATS_SLICE = 1 << 16  # elements per pass of block_stats' scratch buffer (fits a core's L2 cache)
 SCALED_METHODS = ("l1", "linf", "linf_nozero", "log")
 
 
@@ -96,10 +97,22 @@ class BlockLayout:
         return out
 
 
-def block_stats(blocks: torch.Tensor, method: str) -> torch.Tensor:
-    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1`, max |x| for the other scaled methods."""
-    magnitude = blocks.abs()
-    return magnitude.sum(1) if method == "l1" else magnitude.amax(1)
+def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = None,
+                buffer: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1`, max |x| for the other scaled methods.
+
+    With `out` ([n]) and `buffer` (at least STATS_SLICE floats) it works through the rows a slice at a time in that
+    small buffer, allocating nothing; every row's result is the same either way (rows are reduced one by one).
+    """
+    reduce = torch.sum if method == "l1" else torch.amax
+    if out is None or buffer is None:
+        return reduce(blocks.abs(), dim=1)
+    rows = STATS_SLICE // BLOCK
+    for first in range(0, blocks.shape[0], rows):
+        part = blocks[first: first + rows]
+        magnitude = torch.abs(part, out=buffer[: part.numel()].view_as(part))
+        reduce(magnitude, dim=1, out=out[first: first + part.shape[0]])
+    return out
 
 
 def _inverse(stat: torch.Tensor, numerator: float) -> torch.Tensor:
