@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch._inductor.config
 import torch.distributed as tdist
 
 from src.comm import codec, make_reducer
@@ -17,14 +18,19 @@ from src.quant.blocks import BLOCK, block_stats, segment_inverse
 
 
 def adversarial(numel: int, seed: int) -> torch.Tensor:
-    """Gaussians spread over 80 decades, with runs of zeros, -0.0, +-1 ties, extremes, subnormals, inf and NaN."""
+    """Blocks of Gaussians at scales spread over 60 decades, with runs of zeros, -0.0, +-1 ties, halves, subnormals;
+    the last quarter also holds extremes, infinities and NaN (in a segment of its own: see `_inverse`)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(numel, generator=g) * torch.pow(10.0, torch.randint(-40, 38, (numel,), generator=g).float())
-    specials = torch.tensor([0.0, -0.0, 1.0, -1.0, 3.4e38, -3.4e38, 1e-45, -1e-45, 1.2e-38, 0.5, -0.5, 2.5,
-                             float("inf"), -float("inf"), float("nan")])
-    idx = torch.randint(0, numel, (numel // 3,), generator=g)
-    x[idx] = specials[torch.randint(0, len(specials), (len(idx),), generator=g)]
-    x[: numel // 7] = 0.0  # a run of zeros: an all-zero block
+    blocks = -(-numel // BLOCK)
+    scale = torch.pow(10.0, torch.randint(-30, 30, (blocks,), generator=g).float()).repeat_interleave(BLOCK)
+    x = torch.randn(numel, generator=g) * scale[:numel]
+    ties = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, 1e-45, -1e-45, 1.2e-38])
+    idx = torch.randint(0, numel, (numel // 4,), generator=g)
+    x[idx] = ties[torch.randint(0, len(ties), (len(idx),), generator=g)]
+    x[: numel // 9] = 0.0  # a run of zeros: all-zero blocks
+    extremes = torch.tensor([3.4e38, -3.4e38, float("inf"), -float("inf"), float("nan")])
+    idx = torch.randint(3 * numel // 4, numel, (numel // 50 + 1,), generator=g)
+    x[idx] = extremes[torch.randint(0, len(extremes), (len(idx),), generator=g)]
     return x
 
 
@@ -39,12 +45,13 @@ def both(fn, *args, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _inverse(x: torch.Tensor, method: str, levels: int) -> torch.Tensor:
+    """Per block, the inverse scale of its segment: four segments (quarters), as per-layer scales are."""
     blocks = x.view(-1, BLOCK)
     n = blocks.shape[0]
-    lengths = torch.tensor([n // 2, n - n // 2])  # two segments
+    lengths = torch.tensor([n // 4, n // 4, n // 4, n - 3 * (n // 4)])
     sizes = lengths.double() * BLOCK
     per_segment = segment_inverse(block_stats(blocks, method), lengths, sizes, method, levels)
-    return per_segment[torch.repeat_interleave(torch.arange(2), lengths)]
+    return per_segment[torch.repeat_interleave(torch.arange(4), lengths)]
 
 
 def equal_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -53,17 +60,20 @@ def equal_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_compiled_and_eager_l1_encode_and_decode_are_bitwise_equal():
-    """Fast: the 8-bit L1 path (per-block scales, round half to even, NaN -> level 0) on adversarial values."""
-    x = adversarial(8 * BLOCK + BLOCK * 3, seed=0)  # 11 blocks, two segments
-    inverse = _inverse(x, "l1", 15)
-    eager, compiled = both(codec.encode_levels, x, inverse, None, "l1", 15, 8,
-                           out=torch.empty(x.numel(), dtype=torch.uint8))
-    assert torch.equal(eager, compiled) and int(eager.max()) <= 30
-    summed = eager.to(torch.int32) * 3  # three ranks' worth of field sums, as 16-bit fields would carry them
-    words = torch.empty(x.numel() // 2, dtype=torch.int32)
-    words.copy_(summed.view(2, -1)[0] + summed.view(2, -1)[1] * 65536)
+    """Fast: L1 codes (per-block scales, round half to even, NaN -> level 0) packed two to a byte, and the decode
+    of 16-bit field sums, on adversarial values: the compiled packing (`fold`'s other form) and unpacking included."""
+    torch._inductor.config.compile_threads = 1  # no pool of compile workers for two kernels
+    x = adversarial(2 * BLOCK * 11, seed=0)  # 22 blocks, two segments
+    inverse = _inverse(x, "l1", 7)
+    eager, compiled = both(codec.encode_levels, x, inverse, None, "l1", 7, 4,
+                           out=torch.empty(x.numel() // 2, dtype=torch.uint8))
+    assert torch.equal(eager, compiled)
+    codes = torch.stack([eager & 15, eager >> 4]).view(-1).to(torch.int32)
+    assert int(codes.max()) <= 14 and (codes == 7).any() and len(codes.unique()) >= 10
+    summed = codes * 3  # three ranks' worth of field sums, as 16-bit fields would carry them
+    words = (summed.view(2, -1)[0] + summed.view(2, -1)[1] * 65536).to(torch.int32)
     for majority in (True, False):
-        eager, compiled = both(codec.decode_sums, words, 16, 45.0, False, majority, 45.0,
+        eager, compiled = both(codec.decode_sums, words, 16, 21.0, False, majority, 21.0,
                                out=torch.empty(x.numel()))
         assert equal_bits(eager, compiled)
 

@@ -125,13 +125,13 @@ def _samples(prepared, reps: int, warmup: int, clock: bool, measure_link: bool, 
     return torch.stack(samples)
 
 
-def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool) -> dict:
+def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool, compile="auto") -> dict:
     """Medians over `reps` calls, end to end and as one chunk (see the module docstring); the same on every rank."""
     rank = dist.get_rank()
     generator = torch.Generator().manual_seed(seed * 1000 + rank)
     update = torch.randn(numel, generator=generator)
     measure_link = int(os.environ.get("LOCAL_RANK", "0")) == 0
-    one_chunk = prepare(case, update, chunk=0)
+    one_chunk = prepare(case, update, chunk=0, compile=compile)
     stats = _samples(one_chunk, reps, warmup, clock, measure_link, with_spans=True)
     wire = torch.tensor([one_chunk.wire_bytes], dtype=torch.int64)
     dist.all_reduce(wire, op=dist.ReduceOp.MAX)
@@ -139,7 +139,7 @@ def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bo
     del one_chunk
     end_to_end = stats
     if case.reducer is not None:
-        pipelined = prepare(case, update)
+        pipelined = prepare(case, update, compile=compile)
         end_to_end = _samples(pipelined, reps, warmup, clock, False, with_spans=False)
         del pipelined
     del update
@@ -195,7 +195,9 @@ def parse_args(argv):
     parser.add_argument("--warmup", type=int, default=2,
                         help="untimed calls first (2: both tie-rule parities, each a compiled kernel of its own)")
     parser.add_argument("--rate", default=None, help="link rate (tc units or none); default LIONCUB_LINK_RATE")
-    parser.add_argument("--quick", action="store_true", help="sizes 4K,64K,1M, 2 reps (for tests)")
+    parser.add_argument("--quick", action="store_true", help="sizes 4K,64K,1M, 2 reps, eager kernels (for tests)")
+    parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
+                        help="the reducers' compile option (default auto; false with --quick: no compile time)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -210,17 +212,18 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"comm_bench: error: {exc}", file=sys.stderr)
         return 2
+    compile = {"true": True, "false": False, "auto": "auto"}[args.compile or ("false" if args.quick else "auto")]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if rank == 0:
         print(f"comm_bench: {dist.get_world_size()} ranks, rate {format_rate(rate)}, sizes {sizes}, "
-              f"cases {', '.join(c.name for c in cases)}", flush=True)
+              f"cases {', '.join(c.name for c in cases)}, compile {compile}", flush=True)
     clock = shared_clock()
     for numel in sizes:
         reps = args.reps or (2 if args.quick else (5 if numel < 1 << 24 else 3))
         rows = []
         for case in cases:
-            result = measure(case, numel, reps, args.warmup, args.seed, clock)
+            result = measure(case, numel, reps, args.warmup, args.seed, clock, compile)
             rows.append(make_row(case, numel, reps, rate, result))
             if rank == 0:
                 print(describe_row(rows[-1]), flush=True)

@@ -109,7 +109,7 @@ def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> P
     return Prepared(lambda _k: optimizer.allreduce_gradients(), timer, optimizer.wire_bytes(update.numel()))
 
 
-def prepare(case: Case, update: torch.Tensor, chunk: int | None = None) -> Prepared:
+def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile="auto") -> Prepared:
     """Build the case's reducer (or gradient allreduce) for `update` on the default process group; `chunk=0` runs
     the reduction as one chunk (nothing pipelined: its communicate phase is the collective alone), None keeps the
     reducer's default pipelining."""
@@ -117,7 +117,8 @@ def prepare(case: Case, update: torch.Tensor, chunk: int | None = None) -> Prepa
     numel = update.numel()
     if case.reducer is None:
         return _grad_allreduce(update, case.options["dtype"], timer)
-    options = dict(case.options) if chunk is None else dict(case.options, chunk=chunk)
+    options = dict(case.options, compile=compile) if chunk is None else dict(case.options, chunk=chunk,
+                                                                               compile=compile)
     reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **options)
     return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel),
                     getattr(reducer, "bits", None) if case.bits else None)

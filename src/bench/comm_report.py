@@ -180,7 +180,7 @@ def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dic
         md += ["", *points_table(group), "", "### Ranking: measured vs model", "",
                *ranking_lines(group, fitted), "", f"### Model vs measured at {numel:,} elements",
                "", *model_lines(group, fitted, numel), ""]
-        if any(int(r["numel"]) == numel for r in group):
+        if any(int(r["numel"]) == numel and r["case"] == "lion32_grad" for r in group):
             lines = ratio_lines(rate, ratio_table(group, numel, targets=rate != "none"), numel)
             printed += lines + [""]
             md += ["### Lion 32-bit / Lion Cub", "", "```", *lines, "```", ""]

@@ -2,6 +2,7 @@
 (Lion Cub, Fig. A.1; issue: memory at Lion's level), per variant, on CPU in one process (a world of one gloo rank).
 
     python -m src.bench.optimizer_memory [--layers 8] [--width 512] [--variants lion32,lion16,cub8,cub4,cub1]
+                                         [--reducer-option compile=false]
 
 For each variant (conf/variant/<name>.yaml, built by `build_optimizer` as training does) on a GPT-2++ of
 `--layers` x `--width` (8 x 512: about 50M parameters) with random gradients: one warm-up step (it allocates the
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import yaml
 from omegaconf import OmegaConf
 from torch.profiler import ProfilerActivity, profile
 
@@ -75,10 +77,12 @@ def transient_peak(fn) -> int:
     return peak
 
 
-def measure(variant_name: str, layers: int, width: int) -> dict:
+def measure(variant_name: str, layers: int, width: int, reducer_options: dict) -> dict:
     torch.manual_seed(0)
     model = build_model("gpt", size="mini", n_layer=layers, n_embd=width, n_head=max(width // 64, 1))
     variant = OmegaConf.load(REPO / "conf" / "variant" / f"{variant_name}.yaml")
+    if "reducer" in variant:
+        variant.reducer.update(reducer_options)
     optimizer = build_optimizer(model, variant, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
@@ -101,7 +105,10 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=512)
     parser.add_argument("--variants", default="lion32,lion16,cub8,cub4,cub1")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reducer-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a reducer option of the Lion Cub variants, e.g. compile=false")
     args = parser.parse_args(argv)
+    reducer_options = {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in args.reducer_option)}
     torch.set_num_threads(args.threads)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
@@ -109,7 +116,7 @@ def main(argv=None) -> int:
     try:
         print(f"{'variant':<10} {'params':>12} {'kept B/param':>13} {'peak B/param':>13} {'buffer_bytes()':>15}")
         for name in [v.strip() for v in args.variants.split(",") if v.strip()]:
-            row = measure(name, args.layers, args.width)
+            row = measure(name, args.layers, args.width, reducer_options)
             own = "-" if row["own"] is None else f"{row['own']:.3f}"
             print(f"{row['variant']:<10} {row['params']:>12,} {row['kept']:>13.3f} {row['peak']:>13.3f} {own:>15}",
                   flush=True)
