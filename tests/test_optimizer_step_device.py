@@ -61,3 +61,20 @@ def test_lioncub_step_hands_no_host_tensor_to_a_collective_and_never_syncs(dist,
 def test_the_opt_in_finite_check_is_a_counted_sync(dist):
     for violations, syncs in dist(2, _monitored_steps, dict(REDUCERS["cub4"], check_finite=True)):
         assert violations == [] and all(s > 0 for s in syncs)
+
+
+def test_a_group_that_cannot_send_from_the_updates_device_is_named(monkeypatch):
+    """A process group with a backend for CUDA only (NCCL; here `cuda:gloo`) and a model left on the CPU: the
+    reducer says so before any collective, instead of NCCL's `No backend type associated with device type cpu`."""
+    import os
+
+    from src.comm import make_reducer
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29632")
+    tdist.init_process_group("cuda:gloo", rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        with pytest.raises(ValueError, match="update vector is on cpu, but the process group sends from cuda:0"):
+            make_reducer("pbit", bits=4).reduce(torch.ones(10), 1)
+    finally:
+        tdist.destroy_process_group()

@@ -20,6 +20,7 @@ import torch
 
 from src.comm import codec
 from src.comm.base import NonFiniteUpdateError, Reducer
+from src.comm.device import collective_device
 from src.comm.pipeline import PIPELINE_DEPTH, Chunk, ChunkPlan, run_pipeline
 
 DEFAULT_CHUNK = 1 << 21
@@ -94,6 +95,7 @@ class ChunkedReducer(Reducer):
             raise ValueError(f"{self.name}: compile must be true, false or auto, got {compile!r}")
         self.chunk, self.compile = chunk, compile
         self._plans: dict[int, ChunkPlan] = {}
+        self._devices_checked: set[torch.device] = set()
 
     # --- layout ---------------------------------------------------------------------------------------------
     def _align(self) -> int:
@@ -121,8 +123,9 @@ class ChunkedReducer(Reducer):
         """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH slots)."""
         return self.workspace.get(f"{name}{slot}", numel, dtype, device)
 
-    def scratch(self, plan: ChunkPlan, device: torch.device, name: str = "scratch") -> torch.Tensor:
-        return self.workspace.get(name, plan.chunk, torch.float32, device)
+    def scratch(self, plan: ChunkPlan, device: torch.device) -> torch.Tensor:
+        """The float32 chunk a run computes update values and directions in."""
+        return self.workspace.get("scratch", plan.chunk, torch.float32, device)
 
     def buffer_bytes(self) -> int:
         """Bytes of the buffers this reducer keeps between calls."""
@@ -137,9 +140,22 @@ class ChunkedReducer(Reducer):
     def run(self, source, sink, step: int, numel: int, device: torch.device) -> None:
         """Reduce the `numel` update values `source` gives, chunk by chunk, into `sink` (see the module doc)."""
         plan = self.plan(numel)
-        context = self._begin(plan, source, sink, int(step), torch.device(device))
+        device = torch.device(device)
+        self._check_device(device)
+        context = self._begin(plan, source, sink, int(step), device)
         run_pipeline(plan.chunks, lambda chunk, slot: self._stages(chunk, slot, context), self.timer,
                      PIPELINE_DEPTH)
+
+    def _check_device(self, device: torch.device) -> None:
+        """Every buffer handed to a collective lives where the update does; the group must send from there
+        (src/comm/device.py). Checked once per device."""
+        if device in self._devices_checked:
+            return
+        wire = collective_device(self.group, prefer=device)
+        if wire != device:
+            raise ValueError(f"{self.name}: the update vector is on {device}, but the process group sends from "
+                             f"{wire}; put the model (parameters, gradients, momentum) on {wire}")
+        self._devices_checked.add(device)
 
     def _begin(self, plan: ChunkPlan, source, sink, step: int, device: torch.device) -> "RunContext":
         return RunContext(self, plan, source, sink, step, device)

@@ -76,24 +76,23 @@ class BlockLayout:
                 out.append((s, lo - self.padded_starts[s], hi - lo, lo - start))
         return out
 
-    def _views(self, flat: torch.Tensor, padded: torch.Tensor) -> tuple[list, list]:
+    def _copy(self, flat: torch.Tensor, padded: torch.Tensor, to_padded: bool) -> None:
+        """Copy every segment between the flat vector and the padded one (one foreach call)."""
         pieces = self.pieces(0, self.padded_numel)
-        return ([flat[self.starts[s] + o: self.starts[s] + o + n] for s, o, n, _ in pieces],
-                [padded[at: at + n] for _, _, n, at in pieces])
+        flat_views = [flat[self.starts[s] + o: self.starts[s] + o + n] for s, o, n, _ in pieces]
+        padded_views = [padded[at: at + n] for _, _, n, at in pieces]
+        if pieces:
+            torch._foreach_copy_(*((padded_views, flat_views) if to_padded else (flat_views, padded_views)))
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """A zero-padded copy of the flat vector `x` in this layout."""
         padded = torch.zeros(self.padded_numel, dtype=x.dtype, device=x.device)
-        src, dst = self._views(x, padded)
-        if src:
-            torch._foreach_copy_(dst, src)
+        self._copy(x, padded, to_padded=True)
         return padded
 
     def unpad(self, padded: torch.Tensor) -> torch.Tensor:
         out = torch.empty(self.numel, dtype=padded.dtype, device=padded.device)
-        dst, src = self._views(out, padded)
-        if src:
-            torch._foreach_copy_(dst, src)
+        self._copy(out, padded, to_padded=False)
         return out
 
 
