@@ -17,7 +17,8 @@ import pytest
 
 from src.bench.comm_bench import COLUMNS, QUICK_SIZES, summarise_call
 from src.bench.comm_cases import CASES, CASE_NAMES, select
-from src.bench.comm_model import FIT_CASES, fit, fit_network, kendall_tau, limit, predict, ranking_agreement, ratio_table, terms
+from src.bench.comm_model import (FIT_CASES, end_to_end_table, fit, fit_network, kendall_tau, limit, predict,
+                                  ranking_agreement, ratio_table, terms)
 from src.launch.netns import EmulatorUnavailable, check_prerequisites
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,9 +143,36 @@ def test_quick_benchmark_writes_rows_that_fit_and_report(tmp_path):
     everything = fit(rows)  # parameter servers included: may legitimately pin alpha or beta at 0
     assert math.isfinite(everything.alpha + everything.beta) and min(everything.alpha, everything.beta) >= 0
 
+    assert all(float(r["unpipelined_s"]) > 0 for r in rows)
+    assert {r["bits"] for r in rows if r["case"] in ("cub4", "cub8")} == {"4", "8"}
+
+    from analysis.fig2_comm import main as figure
     from src.bench.comm_report import main as report
 
+    assert figure([str(out)]) == 2  # the report's files are not there yet: a message, not a traceback
     assert report([str(out), "--ratio-numel", str(QUICK_SIZES[-1])]) == 0
     summary = (tmp_path / "summary.md").read_text()
-    assert "alpha =" in summary and "Lion 32-bit / Lion Cub" in summary
+    assert "alpha =" in summary and "Lion 32-bit / Lion Cub" in summary and "reduce() end to end" in summary
+    assert figure([str(out)]) == 0
     assert (tmp_path / "fig2_comm_sizes.png").stat().st_size > 0 and (tmp_path / "fig2_comm_scaling.png").exists()
+
+
+def test_end_to_end_table_judges_reduce_against_the_fp32_allreduce():
+    rows = synthetic_rows(alpha=0.0)
+    for r in rows:
+        r["bits"] = {"cub8": 16}.get(r["case"], r["bits"])  # as at 16 ranks: the limit follows the real width
+        r["total_s"] = r["communicate_s"] * (1.1 if r["case"] != "cub1" else 2.0)
+    table = {(r["numel"], r["case"]): r for r in end_to_end_table(rows)}
+    cub4, cub8, cub1 = (table[(1 << 24, c)] for c in ("cub4", "cub8", "cub1"))
+    assert cub4["limit"] == 8 and cub4["speedup"] == pytest.approx(8 / 1.1) and cub4["met"]
+    assert cub8["limit"] == 2 and cub8["collective_share"] == pytest.approx(cub8["collective_speedup"] / 2)
+    assert cub1["share"] == pytest.approx(0.5) and not cub1["met"]
+
+
+def test_analysis_imports_nothing_from_src():
+    """analysis/ reads files that src/ writes; the dependency runs one way (src/bench runs analysis as a command)."""
+    import re
+
+    for folder, forbidden in (("analysis", "src"), ("src/bench", "analysis")):
+        for path in (REPO / folder).glob("*.py"):
+            assert not re.search(rf"^\s*(from|import) {forbidden}\b", path.read_text(), re.M), path.name

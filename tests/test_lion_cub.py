@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 
+from src.comm import Reducer, make_reducer
 from src.optim import GradAllreduceLion, Lion, LionCub
 
 NAMES = ("transformer.wte.weight", "transformer.h.0.mlp.up_proj.weight", "transformer.h.0.attn.c_attn.weight",
@@ -78,10 +79,10 @@ def test_synced_momentum_with_fp32_reducer_follows_lion_on_averaged_gradient(dis
 
 REDUCERS = [
     "fp32", "bf16",
-    {"name": "pbit", "quant": "sign", "bits": 4},
+    {"name": "pbit", "quant": "sign", "bits": 4, "chunk": 16},
     {"name": "pbit", "quant": "l1", "levels": 15, "bits": 8, "vote": "average"},
     {"name": "pbit", "quant": "linf", "levels": 7, "bits": 8, "seed": 2},
-    {"name": "onebit", "zeros": "alternate"},
+    {"name": "onebit", "zeros": "alternate", "chunk": 24},
     {"name": "ps_naive", "quant": "sign", "bits": 8},
     {"name": "ps_tree", "quant": "sign", "bits": 8, "vote": "average"},
 ]
@@ -99,6 +100,39 @@ def test_parameters_stay_bitwise_identical_across_ranks(dist, world_size, reduce
     for params, _, _ in outs[1:]:
         for p, q in zip(first, params):
             assert torch.equal(p, q)
+
+
+class ReduceOnly(Reducer):
+    """A reducer with only the contract's `reduce(update, step)`: LionCub takes its flat path around it."""
+
+    name = "reduce_only"
+
+    def __init__(self, inner: Reducer):
+        super().__init__()
+        self.inner = inner
+
+    def _reduce(self, update, step):
+        return self.inner.reduce(update, step)
+
+
+def _train_both_paths(reducer: dict, steps: int):
+    """LionCub's fused chunked step and its flat step (around the same reducer's `reduce`), side by side."""
+    sizes = [p.numel() for p in make_params()]
+    options = {k: v for k, v in reducer.items() if k != "name"}
+    flat = ReduceOnly(make_reducer(reducer["name"], segments=sizes, **options))
+    return [_train_cub(r, {"every": 4, "layers": "all"}, steps)[:2] for r in (reducer, flat)]
+
+
+@pytest.mark.parametrize("reducer", [{"name": "pbit", "quant": "l1", "levels": 15, "bits": 8, "chunk": 128},
+                                     {"name": "pbit", "quant": "sign", "bits": 4, "chunk": 16},
+                                     {"name": "onebit", "chunk": 24},
+                                     {"name": "pbit", "quant": "linf", "levels": 7, "bits": 16, "seed": 3,
+                                      "vote": "average", "chunk": 128}])
+def test_fused_chunked_step_equals_the_flat_step_bitwise(dist, reducer):
+    """Update vector, momentum step and direction applied chunk by chunk (no flat vectors) change nothing."""
+    for (chunked_params, chunked_momenta), (flat_params, flat_momenta) in dist(3, _train_both_paths, reducer, 12):
+        assert all(torch.equal(a, b) for a, b in zip(chunked_params, flat_params))
+        assert all(torch.equal(a, b) for a, b in zip(chunked_momenta, flat_momenta))
 
 
 def test_momentum_sync_averages_only_the_chosen_layers(dist):

@@ -29,20 +29,28 @@ def test_onebit_pads_to_whole_bytes_per_rank():
     assert make_reducer("onebit", world_size=3).padded_numel(25) == 48
 
 
-def test_overflow_guard_names_world_size_levels_bits_and_the_largest_fit():
-    with pytest.raises(ValueError) as info:
-        make_reducer("pbit", world_size=16, quant="sign", bits=4)
+def test_fields_widen_where_the_sums_would_overflow():
+    """Section 6: the datatype follows p and the world size. 4-bit votes fit 15 ranks; 8-bit L1 (levels 15) fits
+    8; beyond, the fields widen (to 16 bits at most) instead of the reducer refusing; wire bytes follow."""
+    assert make_reducer("pbit", world_size=15, quant="sign", bits=4).bits == 4
+    assert make_reducer("pbit", world_size=16, quant="sign", bits=4).bits == 8
+    assert make_reducer("pbit", world_size=256, quant="sign", bits=4).bits == 16
+    assert make_reducer("pbit", world_size=8, quant="l1", levels=15, bits=8).bits == 8
+    wide = make_reducer("pbit", world_size=16, quant="l1", levels=15, bits=8)
+    assert wide.bits == 16 and "widened from 8" in repr(wide)
+    assert wide.wire_bytes(N) == 2 * 15 * (2 * N) // 16
+    assert make_reducer("ps_tree", world_size=1, quant="l1", levels=3, bits=2).bits == 4
+    assert make_reducer("pbit", world_size=1092, quant="l1", levels=15, bits=8).bits == 16
+    with pytest.raises(ValueError) as info:  # 1093 ranks x 30 > 32767: nothing holds the sums
+        make_reducer("pbit", world_size=1093, quant="l1", levels=15, bits=8)
     msg = str(info.value)
-    assert "world_size=16" in msg and "4-bit" in msg and "largest world size that fits 4-bit fields is 15" in msg
-    with pytest.raises(ValueError, match=r"levels \[-15, 15\].*largest world size that fits 8-bit fields is 8"):
-        make_reducer("pbit", world_size=9, quant="l1", levels=15, bits=8)
-    with pytest.raises(ValueError, match="levels=3 does not fit 2-bit fields even on one rank"):
-        make_reducer("ps_tree", world_size=1, quant="l1", levels=3, bits=2)
-    make_reducer("pbit", world_size=15, quant="sign", bits=4)  # the largest that fits is accepted
+    assert "world_size=1093" in msg and "overflows even 16-bit fields" in msg and "at most 14" in msg
 
 
 @pytest.mark.parametrize("name,options,match", [
     ("ring", {}, "unknown reducer 'ring'"),
+    ("pbit", {"chunk": -1}, "chunk must be"),
+    ("onebit", {"compile": "yes"}, "compile must be"),
     ("pbit", {"levles": 3}, "does not take option"),
     ("pbit", {"quant": "l2"}, "unknown quantization method"),
     ("pbit", {"bits": 3}, "bits=3 is not supported"),
@@ -107,9 +115,9 @@ def test_momentum_sync_config_errors(cfg, match):
 def test_validate_variant_before_any_process_group():
     model = TinyGPT()
     cub4 = {"name": "cub4", "optimizer": "lion_cub", "reducer": {"name": "pbit", "quant": "sign", "bits": 4}}
-    validate_variant(cub4, world_size=8, model=model)
-    with pytest.raises(ValueError, match="world_size=16"):
-        validate_variant(cub4, world_size=16, model=model)
+    validate_variant(cub4, world_size=16, model=model)  # wider fields, no refusal
+    with pytest.raises(ValueError, match="world_size=40000"):
+        validate_variant(cub4, world_size=40000, model=model)
     sync_conv = dict(cub4, momentum_sync={"every": 10, "layers": "mlp"})
     validate_variant(sync_conv, world_size=2, model=model)
     resnet_like = torch.nn.Sequential()

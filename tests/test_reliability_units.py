@@ -95,13 +95,14 @@ def test_step_is_finite_checks_gradients_without_a_norm():
     assert not step_is_finite(torch.tensor(1.0), torch.tensor(float("nan")))
 
 
-def test_pbit_state_survives_a_save_before_its_first_use():
-    """A checkpoint written right after a resume (e.g. a non-finite stop) keeps the stochastic-rounding stream."""
+def test_pbit_state_is_device_free():
+    """The stochastic-rounding stream is re-seeded from (seed, rank, step): a reducer's state holds no generator
+    state (whose size differs between CPU and CUDA), so a checkpoint loads on any device; older states load too."""
     from src.comm.pbit import PBitReducer
 
-    a = PBitReducer(world_size=1, rank=0, quant="l1", levels=15, bits=8)
-    state = {"generator": a.generator(torch.device("cpu")).get_state()}
-    torch.rand(5, generator=a.generator(torch.device("cpu")))
-    b = PBitReducer(world_size=1, rank=0, quant="l1", levels=15, bits=8)
+    a = PBitReducer(world_size=1, rank=0, quant="linf", levels=7, bits=8, seed=3)
+    state = a.state_dict()
+    assert not any(isinstance(v, torch.Tensor) for v in state.values())
+    b = PBitReducer(world_size=1, rank=0, quant="linf", levels=7, bits=8, seed=3)
     b.load_state_dict(state)
-    assert torch.equal(b.state_dict()["generator"], state["generator"])
+    b.load_state_dict({"generator": torch.Generator().get_state()})  # a checkpoint of an older version

@@ -62,14 +62,13 @@ def test_non_positive_batch(demo_tokens):
     assert "data.batch_size=0" in fails(SetupError, f"data.dir={demo_tokens}", "data.batch_size=0")
 
 
-def test_four_bit_allreduce_cannot_sum_sixteen_votes(demo_tokens, monkeypatch):
+def test_sixteen_ranks_widen_the_fields_and_only_an_impossible_fit_is_refused(demo_tokens, monkeypatch):
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "4"}.items():
         monkeypatch.setenv(key, value)
-    msg = fails(SetupError, f"data.dir={demo_tokens}", "variant=cub4")
-    assert "16" in msg and "cub4" in msg
-    assert "480" in fails(SetupError, f"data.dir={demo_tokens}", "variant=cub8")  # 16 x 30 > 255
-    preflight(cfg_with(f"data.dir={demo_tokens}", "variant=cub8", "variant.reducer.levels=7"))  # 16 x 14 fits
-    preflight(cfg_with(f"data.dir={demo_tokens}", "variant=cub1"))
+    for variant in ("cub4", "cub8", "cub1"):  # 16 votes need 8-bit fields, 16 x 30 levels 16-bit ones (Section 6)
+        preflight(cfg_with(f"data.dir={demo_tokens}", f"variant={variant}"))
+    msg = fails(SetupError, f"data.dir={demo_tokens}", "variant=cub8", "variant.reducer.levels=2000")
+    assert "64000" in msg and "cub8" in msg  # 16 x 4000 > 32767
 
 
 def test_single_process_lion_cannot_run_on_two_ranks(demo_tokens, monkeypatch):

@@ -4,16 +4,21 @@ Run under torchrun, normally on the emulated cluster (`make bench`, or by hand):
 
     python -m src.launch.emulate nodes=2 nproc_per_node=2 rate=1gbit --module src.bench.comm_bench -- --out X.csv
 
-Per case (src/bench/comm_cases.py) and size: `--warmup` untimed calls, then `--reps` timed calls, each between
-barriers. Per call: `total` is the slowest rank's wall time; `communicate` is the collective alone, from the last
-rank's entry into each communicate phase to the last rank's exit (the ranks' phase intervals are lined up on the
-machine's shared monotonic clock), so it excludes the time early ranks wait for ranks still quantizing, which is
-`skew`; `comm_timer` is the largest per-rank communicate time of the reducer's PhaseTimer (what a training log
-shows, waiting included); `quantize` the largest per-rank quantize/pack/unpack time. The row holds the medians
-over reps, the bytes the busiest rank sends per the algorithm models (`wire_bytes`), the bytes the busiest host's
-link really sent (tx_bytes of GLOO_SOCKET_IFNAME; empty off the emulator), the ideal time wire_bytes * 8 / rate,
-and efficiency = ideal / measured (total, and collective only). Deliberate difference from the paper's Table A.1:
-its "Communication" column is a per-rank timer, i.e. closer to our `comm_timer`.
+Per case (src/bench/comm_cases.py) and size, two measurements, each `--warmup` untimed calls then `--reps` timed
+calls between barriers:
+- end to end: `reduce()` as LionCub calls it (pipelined chunks, compiled kernels from 1M elements): `total` is the
+  slowest rank's wall time of the call (issue 11's goal 1 is judged on it);
+- one chunk (`chunk=0`: nothing overlapped), to time the collective alone: `communicate` runs from the last rank's
+  entry into each communicate phase to the last rank's exit (the ranks' phase intervals are lined up on the
+  machine's shared monotonic clock), so it excludes the time early ranks wait for ranks still quantizing, which is
+  `skew`; `comm_timer` is the largest per-rank communicate time of the reducer's PhaseTimer (what a training log
+  shows, waiting included); `quantize` the largest per-rank quantize/pack/unpack time; `unpipelined` its total.
+The row holds the medians over reps, the field width really sent (`bits`), the bytes the busiest rank sends per
+the algorithm models (`wire_bytes`), the bytes the busiest host's link really sent (tx_bytes of
+GLOO_SOCKET_IFNAME; empty off the emulator), the ideal time wire_bytes * 8 / rate, and efficiency = ideal /
+measured (end to end, and collective only). The gradient-allreduce cases are not chunked: both measurements are
+one. Deliberate difference from the paper's Table A.1: its "Communication" column is a per-rank timer, i.e. closer
+to our `comm_timer`.
 The link rate comes from `--rate` or LIONCUB_LINK_RATE (set by the emulator); `none` leaves ideal times empty.
 Rank 0 appends the rows to `--out` (CSV) and prints them. `--quick`: small sizes and few reps, for tests.
 """
@@ -39,7 +44,7 @@ QUICK_SIZES = (1 << 12, 1 << 16, 1 << 20)
 MAX_PHASES = 4
 COLUMNS = ("rate", "rate_bps", "nodes", "nproc_per_node", "world_size", "case", "model", "word_size", "bits",
            "numel", "reps", "total_s", "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "total_min_s",
-           "wire_bytes", "link_bytes", "ideal_s", "efficiency", "comm_efficiency")
+           "unpipelined_s", "wire_bytes", "link_bytes", "ideal_s", "efficiency", "comm_efficiency")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -63,9 +68,9 @@ def shared_clock() -> bool:
     return len(set(ids)) == 1
 
 
-def timed_call(prepared, step: int, measure_link: bool) -> torch.Tensor:
+def timed_call(prepared, step: int, measure_link: bool, with_spans: bool = True) -> torch.Tensor:
     """One call on this rank: [total, communicate, quantize, link tx bytes or -1, then (start, end) of each
-    communicate phase, NaN-padded to MAX_PHASES]."""
+    communicate phase, NaN-padded to MAX_PHASES; NaN throughout without `spans` (a pipelined call has many)]."""
     dist.barrier()
     tx0 = link_tx_bytes() if measure_link else None
     dist.barrier()
@@ -74,6 +79,7 @@ def timed_call(prepared, step: int, measure_link: bool) -> torch.Tensor:
     total = time.perf_counter() - start
     phases = prepared.timer.pop()
     spans = prepared.timer.pop_intervals("communicate")
+    spans = spans if with_spans else []
     dist.barrier()
     tx1 = link_tx_bytes() if measure_link else None
     if len(spans) > MAX_PHASES:
@@ -103,41 +109,56 @@ def summarise_call(per_rank: torch.Tensor, clock: bool) -> torch.Tensor:
                          float(sent.max())], dtype=torch.float64)
 
 
-def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool) -> dict:
-    """Medians over `reps` calls (see `summarise_call`); the same dict on every rank."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    generator = torch.Generator().manual_seed(seed * 1000 + rank)
-    update = torch.randn(numel, generator=generator)
-    prepared = prepare(case, update)
-    measure_link = int(os.environ.get("LOCAL_RANK", "0")) == 0
+def _samples(prepared, reps: int, warmup: int, clock: bool, measure_link: bool, with_spans: bool) -> torch.Tensor:
+    """[reps, 6] per-call summaries (see `summarise_call`) after `warmup` untimed calls."""
+    world = dist.get_world_size()
     for k in range(1, warmup + 1):
         prepared.step(k)
     prepared.timer.pop()
     prepared.timer.pop_intervals("communicate")
     samples = []
     for k in range(warmup + 1, warmup + reps + 1):
-        local = timed_call(prepared, k, measure_link)
+        local = timed_call(prepared, k, measure_link, with_spans)
         gathered = [torch.empty_like(local) for _ in range(world)]
         dist.all_gather(gathered, local)
         samples.append(summarise_call(torch.stack(gathered), clock))
-    wire = torch.tensor([prepared.wire_bytes], dtype=torch.int64)
+    return torch.stack(samples)
+
+
+def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool, compile="auto") -> dict:
+    """Medians over `reps` calls, end to end and as one chunk (see the module docstring); the same on every rank."""
+    rank = dist.get_rank()
+    generator = torch.Generator().manual_seed(seed * 1000 + rank)
+    update = torch.randn(numel, generator=generator)
+    measure_link = int(os.environ.get("LOCAL_RANK", "0")) == 0
+    one_chunk = prepare(case, update, chunk=0, compile=compile)
+    stats = _samples(one_chunk, reps, warmup, clock, measure_link, with_spans=True)
+    wire = torch.tensor([one_chunk.wire_bytes], dtype=torch.int64)
     dist.all_reduce(wire, op=dist.ReduceOp.MAX)
-    del prepared, update
+    bits = one_chunk.bits
+    del one_chunk
+    end_to_end = stats
+    if case.reducer is not None:
+        pipelined = prepare(case, update, compile=compile)
+        end_to_end = _samples(pipelined, reps, warmup, clock, False, with_spans=False)
+        del pipelined
+    del update
     gc.collect()
-    stats = torch.stack(samples)
-    med = stats.quantile(0.5, dim=0)
+    med, total = stats.quantile(0.5, dim=0), end_to_end[:, 0]
     link = float(med[5]) if float(stats[:, 5].min()) >= 0 else None
-    return dict(total_s=float(med[0]), communicate_s=float(med[1]), comm_timer_s=float(med[2]),
-                quantize_s=float(med[3]), skew_s=float(med[4]), total_min_s=float(stats[:, 0].min()),
-                wire_bytes=int(wire.item()), link_bytes=link)
+    return dict(total_s=float(total.quantile(0.5)), communicate_s=float(med[1]), comm_timer_s=float(med[2]),
+                quantize_s=float(med[3]), skew_s=float(med[4]), total_min_s=float(total.min()),
+                unpipelined_s=float(med[0]), wire_bytes=int(wire.item()), link_bytes=link, bits=bits)
 
 
 def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict) -> dict:
     world, local_world = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     ideal = result["wire_bytes"] * 8 / rate if rate else None
+    result = dict(result)
+    bits = result.pop("bits") or case.bits
     return dict(rate=format_rate(rate), rate_bps=rate or "", nodes=world // local_world, nproc_per_node=local_world,
                 world_size=world, case=case.name, model=case.model, word_size=case.word_size,
-                bits=case.bits or "", numel=numel, reps=reps, **result,
+                bits=bits or "", numel=numel, reps=reps, **result,
                 ideal_s=ideal if ideal is not None else "",
                 efficiency=ideal / result["total_s"] if ideal is not None else "",
                 comm_efficiency=ideal / result["communicate_s"] if ideal is not None else "")
@@ -158,7 +179,8 @@ def describe_row(row: dict) -> str:
     eff = f"{row['efficiency']:.2f}" if row["efficiency"] != "" else "-"
     ceff = f"{row['comm_efficiency']:.2f}" if row["comm_efficiency"] != "" else "-"
     link = f"{row['link_bytes'] / 2**20:9.1f}" if row["link_bytes"] is not None else "        -"
-    return (f"{row['case']:<12} {row['numel']:>11,} total {row['total_s'] * 1e3:9.1f} ms  comm "
+    return (f"{row['case']:<12} {row['numel']:>11,} reduce {row['total_s'] * 1e3:9.1f} ms  one chunk "
+            f"{row['unpipelined_s'] * 1e3:9.1f} ms  comm "
             f"{row['communicate_s'] * 1e3:9.1f} ms  skew {row['skew_s'] * 1e3:7.1f} ms  "
             f"quant {row['quantize_s'] * 1e3:8.1f} ms  wire "
             f"{row['wire_bytes'] / 2**20:8.1f} MiB  link {link} MiB  eff {eff} (comm {ceff})")
@@ -170,9 +192,12 @@ def parse_args(argv):
     parser.add_argument("--sizes", default=None, help="comma-separated element counts (default 16K,1M,4M,16M,100M)")
     parser.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     parser.add_argument("--reps", type=int, default=None, help="timed calls per point (default 5, 3 from 16M up)")
-    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed calls first (2: both tie-rule parities, each a compiled kernel of its own)")
     parser.add_argument("--rate", default=None, help="link rate (tc units or none); default LIONCUB_LINK_RATE")
-    parser.add_argument("--quick", action="store_true", help="sizes 4K,64K,1M, 2 reps (for tests)")
+    parser.add_argument("--quick", action="store_true", help="sizes 4K,64K,1M, 2 reps, eager kernels (for tests)")
+    parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
+                        help="the reducers' compile option (default auto; false with --quick: no compile time)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -187,17 +212,18 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"comm_bench: error: {exc}", file=sys.stderr)
         return 2
+    compile = {"true": True, "false": False, "auto": "auto"}[args.compile or ("false" if args.quick else "auto")]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if rank == 0:
         print(f"comm_bench: {dist.get_world_size()} ranks, rate {format_rate(rate)}, sizes {sizes}, "
-              f"cases {', '.join(c.name for c in cases)}", flush=True)
+              f"cases {', '.join(c.name for c in cases)}, compile {compile}", flush=True)
     clock = shared_clock()
     for numel in sizes:
         reps = args.reps or (2 if args.quick else (5 if numel < 1 << 24 else 3))
         rows = []
         for case in cases:
-            result = measure(case, numel, reps, args.warmup, args.seed, clock)
+            result = measure(case, numel, reps, args.warmup, args.seed, clock, compile)
             rows.append(make_row(case, numel, reps, rate, result))
             if rank == 0:
                 print(describe_row(rows[-1]), flush=True)

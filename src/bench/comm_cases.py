@@ -16,7 +16,7 @@ describes its collective:
 | ps_tree     | parameter server, gather + broadcast, 4-bit votes      | ps_tree, b = 4           |
 
 Deliberate differences from Table 1: the direct allreduce is modelled with the field width actually sent (4 or 8
-bits) rather than log2(P) + 1, and the parameter servers send the same packed 4-bit votes as `cub4` (b = 4) rather
+bits, widened to 8 or 16 where the world's sums need it) rather than log2(P) + 1, and the parameter servers send the same packed 4-bit votes as `cub4` (b = 4) rather
 than full words, so the comparison isolates the communication pattern. The gradient allreduce cases run
 `src.optim.grad_allreduce.GradAllreduceLion.allreduce_gradients` on 48 parameters whose gradients hold the update
 (gathering into and scattering out of the wire buffer count as `quantize`). Reducer updates are split into the same
@@ -90,10 +90,12 @@ class IntervalTimer(PhaseTimer):
 
 @dataclass
 class Prepared:
-    """One case ready to run on this rank: `step(k)` aggregates the update once; `timer` splits its time."""
+    """One case ready to run on this rank: `step(k)` aggregates the update once; `timer` splits its time; `bits`
+    is the field width the reducer really sends (widened where the world's sums need it), None for word cases."""
     step: Callable[[int], torch.Tensor]
     timer: IntervalTimer
     wire_bytes: int
+    bits: int | None = None
 
 
 def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> Prepared:
@@ -107,14 +109,19 @@ def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> P
     return Prepared(lambda _k: optimizer.allreduce_gradients(), timer, optimizer.wire_bytes(update.numel()))
 
 
-def prepare(case: Case, update: torch.Tensor) -> Prepared:
-    """Build the case's reducer (or gradient allreduce) for `update` on the default process group."""
+def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile="auto") -> Prepared:
+    """Build the case's reducer (or gradient allreduce) for `update` on the default process group; `chunk=0` runs
+    the reduction as one chunk (nothing pipelined: its communicate phase is the collective alone), None keeps the
+    reducer's default pipelining."""
     timer = IntervalTimer()
     numel = update.numel()
     if case.reducer is None:
         return _grad_allreduce(update, case.options["dtype"], timer)
-    reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **case.options)
-    return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel))
+    options = dict(case.options, compile=compile) if chunk is None else dict(case.options, chunk=chunk,
+                                                                               compile=compile)
+    reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **options)
+    return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel),
+                    getattr(reducer, "bits", None) if case.bits else None)
 
 
 def select(names: str | None) -> list[Case]:

@@ -10,8 +10,13 @@
 - `ranking_agreement(rows, fit)`: per size, the measured and the model's order of the cases, tau and the pairs the
   model orders the other way.
 - `ratio_table(rows, numel)`: Lion 32-bit's time over each Lion Cub variant's beside its bit-ratio limit (32/bits
-  for pbit; for onebit, Table 1's allreduce bandwidth term at 32 bits over onebit's at the measured world size),
-  on the collective time (judged against the target), the per-rank communicate timer, and the total time.
+  for pbit, with the field width really sent; for onebit, Table 1's allreduce bandwidth term at 32 bits over
+  onebit's at the measured world size), on the collective time (judged against the target), the per-rank
+  communicate timer, and the total time.
+- `end_to_end_table(rows)`: issue 11's goal 1, per size: the fp32 allreduce of the vector (the `fp32` case's
+  collective alone) over each Lion Cub variant's whole `reduce()` (encode, pipelined collectives, decode), its share
+  of the bit-ratio limit against the goal (85 % for pbit, 60 % for onebit), and the same ratio on the variant's
+  collective alone beside it.
 Deliberate difference from the paper: the paper draws Fig. 2 from assumed alpha/beta; we fit them to our runs.
 """
 from __future__ import annotations
@@ -31,6 +36,7 @@ RANKED_CASES = ("fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")  
 # duplex and shared with a worker, so they are predicted by the model but not used to fit it.
 FIT_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1")
 TARGETS = {"pbit": 0.9, "onebit": 0.5}
+END_TO_END_TARGETS = {"pbit": 0.85, "onebit": 0.60}
 
 
 @dataclass(frozen=True)
@@ -138,14 +144,19 @@ def ranking_agreement(rows: list[dict], fitted: Fit, time_key: str = "communicat
     return out
 
 
-def limit(case_name: str, world_size: int, numel: float) -> float:
-    """The communication-time ratio Lion 32-bit / this variant that its bit width allows."""
+def limit(case_name: str, world_size: int, numel: float, bits: int | None = None) -> float:
+    """The communication-time ratio Lion 32-bit / this variant that its bit width (`bits`: the field width really
+    sent, when it differs from the case's) allows."""
     case = BY_NAME[case_name]
     if case.model == "onebit":
         full = cost("allreduce", world_size, numel, 0.0, 1.0, word_size=32).bandwidth
         return full / cost("onebit", world_size, numel, 0.0, 1.0).bandwidth
-    width = case.bits if case.model == "pbit" else case.word_size
+    width = (bits or case.bits) if case.model == "pbit" else case.word_size
     return 32 / width
+
+
+def _bits(row: dict) -> int | None:
+    return int(row["bits"]) if row.get("bits") not in (None, "") else None
 
 
 def ratio_table(rows: list[dict], numel: int, baseline: str = "lion32_grad",
@@ -161,7 +172,7 @@ def ratio_table(rows: list[dict], numel: int, baseline: str = "lion32_grad",
         if name not in at:
             continue
         row, case = at[name], BY_NAME[name]
-        lim = limit(name, int(row["world_size"]), numel)
+        lim = limit(name, int(row["world_size"]), numel, _bits(row))
         comm = float(base["communicate_s"]) / float(row["communicate_s"])
         total = float(base["total_s"]) / float(row["total_s"])
         timer = float(base["comm_timer_s"]) / float(row["comm_timer_s"]) if row.get("comm_timer_s") else math.nan
@@ -169,4 +180,29 @@ def ratio_table(rows: list[dict], numel: int, baseline: str = "lion32_grad",
         out.append(dict(case=name, comm_ratio=comm, timer_ratio=timer, total_ratio=total, limit=lim,
                         fraction=comm / lim,
                         target=target, met=None if target is None else comm / lim >= target))
+    return out
+
+
+def end_to_end_table(rows: list[dict], baseline: str = "fp32",
+                     cases: tuple[str, ...] = ("cub8", "cub4", "cub1")) -> list[dict]:
+    """Per element count and variant: reduce() end to end against the fp32 allreduce of the same vector."""
+    out = []
+    for numel in sorted({int(r["numel"]) for r in rows}):
+        at = {r["case"]: r for r in rows if int(r["numel"]) == numel}
+        if baseline not in at:
+            continue
+        allreduce = float(at[baseline]["communicate_s"])
+        for name in cases:
+            if name not in at:
+                continue
+            row, case = at[name], BY_NAME[name]
+            lim = limit(name, int(row["world_size"]), numel, _bits(row))
+            speedup = allreduce / float(row["total_s"])
+            collective = allreduce / float(row["communicate_s"])
+            target = END_TO_END_TARGETS.get(case.model)
+            out.append(dict(numel=numel, case=name, bits=_bits(row), reduce_s=float(row["total_s"]),
+                            unpipelined_s=float(row.get("unpipelined_s") or "nan"), allreduce_s=allreduce,
+                            speedup=speedup, limit=lim, share=speedup / lim, collective_speedup=collective,
+                            collective_share=collective / lim, target=target,
+                            met=None if target is None else speedup / lim >= target))
     return out

@@ -4,11 +4,14 @@ Section 3.1, Table 1, Fig. 2; Section 7, Table A.1).
     python -m src.bench.comm_report results/bench/comm/comm.csv [--out-dir DIR] [--ratio-numel 100000000]
 
 Per rate in the CSV: alpha and beta of Table 1's model fitted to the collective times (`communicate_s`), Kendall's
-tau between the measured and the model's order of the algorithms at every size (collective and total time), and
-the table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` beside its bit-ratio limit.
-Writes summary.md and fit.json beside the CSV (or in --out-dir), draws Fig. 2 with analysis/fig2_comm.py, and
-prints the ratio tables. `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the
-benchmark's wall time.
+tau between the measured and the model's order of the algorithms at every size (collective and total time), the
+table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` beside its bit-ratio limit, and, per
+size, each variant's `reduce()` end to end against the fp32 allreduce of the same vector with its share of the
+limit, beside the collective alone (issue 11's goal 1). Writes summary.md, fit.json and model.csv (the fitted
+model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
+--out-dir), and prints the tables. The figures are drawn from those files by `python -m analysis.fig2_comm` (which
+never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
+src.bench.comm_suite), when present, adds the benchmark's wall time.
 """
 from __future__ import annotations
 
@@ -18,9 +21,17 @@ import json
 import sys
 from pathlib import Path
 
-from src.bench.comm_model import FIT_CASES, Fit, fit, fit_network, predict, ranking_agreement, ratio_table
+import numpy as np
+
+from src.bench.comm_cases import BY_NAME
+from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
+                                  ratio_table)
+from src.comm.pbit import field_width
 
 TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
+FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")
+MODEL_COLUMNS = ("rate", "panel", "case", "world_size", "numel", "bits", "model_s")
+WORKERS = (2, 4, 8, 16, 32, 64)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -51,16 +62,76 @@ def ratio_lines(rate: str, table: list[dict], numel: int) -> list[str]:
     return lines
 
 
+def end_to_end_lines(rate: str, rows: list[dict]) -> list[str]:
+    table = end_to_end_table(rows)
+    if not table:
+        return []
+    lines = [f"reduce() end to end vs the fp32 allreduce of the same vector (the fp32 case's collective), rate "
+             f"{rate}; 'collective': the variant's collective alone:",
+             f"  {'elements':>12} {'variant':<6} {'bits':>4} {'reduce ms':>10} {'1 chunk ms':>10} {'fp32 ms':>9} "
+             f"{'speedup':>8} {'limit':>6} {'share':>6} {'goal':>5} {'collective':>11} {'share':>6}"]
+    for r in table:
+        mark = "" if r["met"] is None else ("  met" if r["met"] else "  MISSED")
+        lines.append(f"  {r['numel']:>12,} {r['case']:<6} {r['bits'] or '-':>4} {r['reduce_s'] * 1e3:>10.1f} "
+                     f"{r['unpipelined_s'] * 1e3:>10.1f} {r['allreduce_s'] * 1e3:>9.1f} {r['speedup']:>7.2f}x "
+                     f"{r['limit']:>6.2f} {r['share']:>6.0%} {r['target']:>5.0%} {r['collective_speedup']:>10.2f}x "
+                     f"{r['collective_share']:>6.0%}{mark}")
+    return lines
+
+
+def model_rows(rate: str, rows: list[dict], fitted: Fit) -> list[dict]:
+    """The fitted model's curves for Fig. 2: over sizes at the measured world size, and over worker counts at the
+    largest size, with the field width each worker count needs (packed cases widen rather than end)."""
+    out = []
+    numels = sorted({int(r["numel"]) for r in rows})
+    grid = np.geomspace(numels[0], numels[-1], 60)
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = sorted((r for r in rows if r["case"] == case), key=lambda r: int(r["numel"]))
+        for n in grid:
+            row = {**mine[0], "numel": float(n)}
+            out.append(dict(rate=rate, panel="sizes", case=case, world_size=row["world_size"], numel=float(n),
+                            bits=row.get("bits", ""), model_s=predict(row, fitted)))
+        biggest = mine[-1]
+        for workers in WORKERS:
+            bits = _bits_at(case, workers, biggest)
+            if bits is False:
+                continue
+            row = {**biggest, "world_size": workers, "bits": bits}
+            out.append(dict(rate=rate, panel="scaling", case=case, world_size=workers, numel=int(biggest["numel"]),
+                            bits=bits, model_s=predict(row, fitted)))
+    return out
+
+
+def _bits_at(case: str, workers: int, row: dict):
+    """The field width a packed case sends at `workers` ranks ('' for word cases; False when nothing fits)."""
+    spec = BY_NAME[case]
+    if spec.model != "pbit":
+        return row.get("bits", "")
+    options = spec.options
+    votes = options.get("quant", "sign") == "sign" and options.get("zeros", "alternate") != "keep"
+    width = field_width(options.get("bits", 8), 1 if votes else 2 * options.get("levels", 1), workers)
+    return False if width is None else width
+
+
+def write_model(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=MODEL_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def points_table(rows: list[dict]) -> list[str]:
-    lines = ["| case | elements | total ms | collective ms | quantize ms | skew ms | wire MiB | link MiB | "
-             "ideal ms | efficiency (total / collective) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| case | elements | bits | reduce ms | one chunk ms | collective ms | quantize ms | skew ms | wire MiB | "
+             "link MiB | ideal ms | efficiency (reduce / collective) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     order = {c: i for i, c in enumerate(TABLE_CASES)}
     for r in sorted(rows, key=lambda r: (int(r["numel"]), order.get(r["case"], 99))):
         ideal = f"{float(r['ideal_s']) * 1e3:.1f}" if r["ideal_s"] else "-"
         eff = f"{float(r['efficiency']):.2f} / {float(r['comm_efficiency']):.2f}" if r["efficiency"] else "-"
         link = f"{float(r['link_bytes']) / 2**20:.1f}" if r["link_bytes"] else "-"
-        lines.append(f"| {r['case']} | {int(r['numel']):,} | {float(r['total_s']) * 1e3:.1f} | "
-                     f"{float(r['communicate_s']) * 1e3:.1f} | {float(r['quantize_s']) * 1e3:.1f} | "
+        one_chunk = f"{float(r['unpipelined_s']) * 1e3:.1f}" if r.get("unpipelined_s") else "-"
+        lines.append(f"| {r['case']} | {int(r['numel']):,} | {r.get('bits') or '-'} | "
+                     f"{float(r['total_s']) * 1e3:.1f} | {one_chunk} | {float(r['communicate_s']) * 1e3:.1f} | {float(r['quantize_s']) * 1e3:.1f} | "
                      f"{float(r['skew_s']) * 1e3:.1f} | {int(r['wire_bytes']) / 2**20:.1f} | {link} | {ideal} | "
                      f"{eff} |")
     return lines
@@ -87,9 +158,10 @@ def model_lines(rows: list[dict], fitted: Fit, numel: int) -> list[str]:
     return lines
 
 
-def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dict, list[str]]:
-    """(markdown lines, fit per rate as a dict, ratio-table lines to print)."""
+def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dict, list[str], list[dict]]:
+    """(markdown lines, fit per rate as a dict, table lines to print, the model's curves)."""
     md, fits, printed = ["# Communication benchmark (Lion Cub Section 3.1, Table 1, Fig. 2)", ""], {}, []
+    curves: list[dict] = []
     for rate, group in by_rate(rows).items():
         fitted, everything = fit_network(group), fit(group)
         fits[rate] = dict(alpha_s=fitted.alpha, beta_s_per_bit=fitted.beta, bandwidth_bps=fitted.bandwidth_bps,
@@ -108,11 +180,16 @@ def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dic
         md += ["", *points_table(group), "", "### Ranking: measured vs model", "",
                *ranking_lines(group, fitted), "", f"### Model vs measured at {numel:,} elements",
                "", *model_lines(group, fitted, numel), ""]
-        if any(int(r["numel"]) == numel for r in group):
+        if any(int(r["numel"]) == numel and r["case"] == "lion32_grad" for r in group):
             lines = ratio_lines(rate, ratio_table(group, numel, targets=rate != "none"), numel)
             printed += lines + [""]
             md += ["### Lion 32-bit / Lion Cub", "", "```", *lines, "```", ""]
-    return md, fits, printed
+        lines = end_to_end_lines(rate, group)
+        if lines:
+            printed += lines + [""]
+            md += ["### reduce() end to end (issue 11, goal 1)", "", "```", *lines, "```", ""]
+        curves += model_rows(rate, group, fitted)
+    return md, fits, printed, curves
 
 
 def _fit_text(f: Fit) -> str:
@@ -126,14 +203,13 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", type=Path, default=None)
     parser.add_argument("--ratio-numel", type=int, default=100_000_000,
                         help="element count of the ratio table (default 100M; the largest size when absent)")
-    parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
     try:
         rows = read_rows(args.csv)
         out = args.out_dir or args.csv.parent
         out.mkdir(parents=True, exist_ok=True)
         present = {int(r["numel"]) for r in rows}
-        md, fits, printed = summarise(rows, args.ratio_numel if args.ratio_numel in present else None)
+        md, fits, printed, curves = summarise(rows, args.ratio_numel if args.ratio_numel in present else None)
     except (OSError, ValueError, KeyError) as exc:
         print(f"comm_report: error: {exc}", file=sys.stderr)
         return 2
@@ -141,15 +217,13 @@ def main(argv=None) -> int:
     if wall.exists():
         times = json.loads(wall.read_text())
         md += ["## Wall time", "", *(f"- {k}: {v:.0f} s" for k, v in times.items()), ""]
-    if not args.no_plot:
-        from analysis.fig2_comm import plot
-
-        for path in plot(rows, out):
-            md += [f"![{path.stem}]({path.name})", ""]
+    md += [f"![{Path(name).stem}]({name})" for name in FIGURES]
+    md += ["", f"(figures: `python -m analysis.fig2_comm {args.csv} --out {out}`)", ""]
     (out / "summary.md").write_text("\n".join(md))
     (out / "fit.json").write_text(json.dumps(fits, indent=2))
+    write_model(out / "model.csv", curves)
     print("\n".join(printed))
-    print(f"comm_report: wrote {out / 'summary.md'} and {out / 'fit.json'}")
+    print(f"comm_report: wrote {out / 'summary.md'}, {out / 'fit.json'} and {out / 'model.csv'}")
     return 0
 
 

@@ -6,8 +6,12 @@ Section 3.1, Table 1, Fig. 2; Section 7's Ethernet setting, Table A.1).
 
 For each rate it runs `python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=R --module
 src.bench.comm_bench -- --out OUT/comm.csv` (fresh CSV per suite run), records each run's wall time in
-walltime.json, then `src.bench.comm_report` writes summary.md, fit.json and the Fig. 2 PNGs and prints the
-Lion 32-bit / Lion Cub ratio tables. The ranks run with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator backs
+walltime.json, then `src.bench.comm_report` writes summary.md, fit.json and model.csv and prints the Lion 32-bit /
+Lion Cub ratio tables and the end-to-end `reduce()` table, and `python -m analysis.fig2_comm` draws Fig. 2.
+Issue 11's end-to-end table (2 hosts, one rank each, 1 Gbit/s, 10M to 100M elements):
+
+    python -m src.bench.comm_suite --out results/bench/e2e --nodes 2 --nproc 1 --rates 1gbit \
+        --bench-args "--sizes 1e7,2.5e7,1e8 --cases fp32,cub8,cub4,cub1 --reps 5" The ranks run with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator backs
 large tensors with transparent huge pages), which cuts the page-fault time of the reducers' 100M-element
 temporaries by about 3x on CPU; `--no-thp` leaves it unset.
 """
@@ -62,6 +66,8 @@ def main(argv=None) -> int:
     from src.bench.comm_report import main as report
 
     code = report([str(csv_path)])
+    if code == 0:  # the figure script reads the report's files; it never imports src/ (so it runs apart)
+        code = subprocess.call([sys.executable, "-m", "analysis.fig2_comm", str(csv_path), "--out", str(args.out)])
     print(f"comm_suite: wall time {walltime}")
     return code
 

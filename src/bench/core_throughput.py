@@ -1,16 +1,19 @@
 """Throughput of the core kernels beside a plain memory copy, and wire bytes per reducer (Lion Cub, Sections 3 and 6).
 
     python -m src.bench.core_throughput [--numel 67108864] [--device cpu|cuda] [--repeats 5] [--csv out.csv]
+    python -m src.bench.core_throughput --numel 25000000 --threads 1 --only codec   # issue 11's one-core figures
 
 Rows:
-- `pack`/`unpack` at field widths 1, 2, 4, 8: GB/s of the uint8 values (one byte per value) in or out, into
-  reused buffers as the reducers call them;
-- `quantize` per method: GB/s of the float32 input;
-- `encode+decode` per reducer setting: the whole local work of one step (quantize, shift, pack, then unpack and
-  vote on a sum), GB/s of the float32 update, and milliseconds per 774M parameters (the Table A.1 model size);
-- `memcpy`: `dst.copy_(src)` of the same number of bytes, the ceiling to compare each row with.
-Then bytes sent per rank by each reducer for a 100M-element update (world sizes 2, 4, 8, 16), from `wire_bytes`.
-Best of `--repeats` timings after one warm-up; CUDA timings synchronise the device around each call.
+- `pack`/`unpack` at field widths 1, 2, 4, 8, 16: GB/s of the values (one byte each, four for 16-bit fields);
+- `quantize` per method: GB/s of the float32 input (the reference `src.quant.quantize`);
+- `encode` / `decode` per reducer setting and path (`eager`, `compiled`): what one rank's reduction does besides
+  the collective, chunk by chunk as the reducer does it (pbit: per-layer scales, quantize, shift and pack; then
+  from summed words to the direction; onebit: votes and packing; then the local majority over P = 2 copies and
+  the +-1 direction), in ms, GB/s of the float32 update and ms per 774M parameters (the Table A.1 model size);
+- `memcpy` / `read`: `dst.copy_(src)` and `src.sum()` of the same number of bytes, the ceilings to compare with.
+Then bytes sent per rank by each reducer for a 100M-element update (world sizes 2, 4, 8, 16), from `wire_bytes`
+(with the field widths each world size needs). Best of `--repeats` timings after warm-up; CUDA timings
+synchronise the device around each call.
 """
 from __future__ import annotations
 
@@ -20,9 +23,9 @@ import time
 
 import torch
 
-from src.comm import make_reducer
-from src.comm.packing import pack, unpack
-from src.comm.workspace import Workspace
+from src.comm import codec, make_reducer
+from src.comm.chunked import RunContext, VectorSink, VectorSource
+from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
 from src.quant import quantize
 
 GPT774M = 774_000_000
@@ -47,50 +50,104 @@ def layer_segments(numel: int, layers: int = 48) -> list[int]:
     return [base] * (layers - 1) + [numel - base * (layers - 1)]
 
 
-def kernel_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
+def _row(rows, kind, name, seconds, nbytes, device, repeats):
+    copy_src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    copy_dst = torch.empty_like(copy_src)
+    copy_s = best_seconds(lambda: copy_dst.copy_(copy_src), device, repeats)
+    read_s = best_seconds(lambda: copy_src.view(torch.float32)[: nbytes // 4].sum(), device, repeats)
+    rows.append(dict(kind=kind, name=name, ms=seconds * 1e3, gbps=nbytes / seconds / 1e9,
+                     memcpy_gbps=nbytes / copy_s / 1e9, read_gbps=nbytes / read_s / 1e9,
+                     ms_per_774m=seconds * 1e3 * GPT774M / (nbytes / 4)))
+
+
+def packing_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
     rows = []
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(numel, device=device, generator=g) * 1e-3
+    for bits in FIELD_WIDTHS:
+        dtype = torch.int32 if bits == 16 else torch.uint8
+        values = torch.randint(0, field_max(bits) + 1, (numel,), dtype=dtype, device=device, generator=g)
+        packed = pack(values, bits)
+        nbytes = numel * values.element_size()
+        _row(rows, "pack", f"{bits}-bit", best_seconds(lambda: pack(values, bits), device, repeats), nbytes, device,
+             repeats)
+        _row(rows, "unpack", f"{bits}-bit", best_seconds(lambda: unpack(packed, bits, numel), device, repeats), nbytes,
+             device, repeats)
     segments = layer_segments(numel)
-
-    def row(kind, name, seconds, nbytes):
-        copy_src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        copy_dst = torch.empty_like(copy_src)
-        copy_s = best_seconds(lambda: copy_dst.copy_(copy_src), device, repeats)
-        rows.append(dict(kind=kind, name=name, ms=seconds * 1e3, gbps=nbytes / seconds / 1e9,
-                         memcpy_gbps=nbytes / copy_s / 1e9, ms_per_774m=seconds * 1e3 * GPT774M / numel))
-
-    for bits in (1, 2, 4, 8):
-        values = torch.randint(0, 1 << bits, (numel,), dtype=torch.uint8, device=device, generator=g)
-        ws, packed = Workspace(), pack(values, bits)
-        out = torch.empty_like(packed)
-        row("pack", f"{bits}-bit", best_seconds(lambda: pack(values, bits, out=out, workspace=ws), device, repeats),
-            numel)
-        unpack_ws = ws if bits != 8 else None  # 8-bit unpack with a workspace is a view: time the copy instead
-        row("unpack", f"{bits}-bit", best_seconds(lambda: unpack(packed, bits, numel, workspace=unpack_ws), device,
-                                                  repeats), numel)
     for method, levels in (("sign", 1), ("l1", 15), ("linf", 7), ("linf_nozero", 7), ("log", 7)):
         fn = lambda: quantize(x, method, levels, generator=g, segments=segments)  # noqa: E731
-        row("quantize", f"{method} L={levels}", best_seconds(fn, device, repeats), 4 * numel)
-    for label, name, options in (("pbit 4-bit votes", "pbit", dict(bits=4)),
-                                 ("pbit 8-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=8)),
-                                 ("onebit", "onebit", {})):
-        red = make_reducer(name, world_size=4, rank=0, segments=segments, **options)
-        if name == "onebit":
-            def local_work(red=red):
-                votes = red._local_votes(x, 1, red.padded_numel(numel))
-                mine = red._chunk_majority(votes[: votes.numel()], 1, red.padded_numel(numel) // 4)
-                return unpack(mine, 1, mine.numel() * 8)
-        else:
-            def local_work(red=red):
-                return red.decode(red.encode(x, 1), numel)
-        row("encode+decode", label, best_seconds(local_work, device, repeats), 4 * numel)
+        _row(rows, "quantize", f"{method} L={levels}", best_seconds(fn, device, repeats), 4 * numel, device, repeats)
+    return rows
+
+
+CODEC_SETTINGS = (("pbit 4-bit votes", "pbit", dict(bits=4)),
+                  ("pbit 8-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=8)),
+                  ("pbit 16-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=16)),
+                  ("onebit", "onebit", {}))
+
+
+def codec_work(name: str, options: dict, update: torch.Tensor, compiled: bool, world_size: int = 2):
+    """(encode, decode) callables doing one rank's local work of a reduction of `update`, chunk by chunk."""
+    numel, device = update.numel(), update.device
+    reducer = make_reducer(name, world_size=world_size, rank=0, segments=layer_segments(numel),
+                           compile=compiled, **options)
+    plan = reducer.plan(numel)
+    direction = torch.empty(numel, device=device)
+    if name == "onebit":
+        words = torch.empty(plan.padded_numel // 8, dtype=torch.uint8, device=device)
+        mine = torch.empty(plan.chunk // (8 * world_size), dtype=torch.uint8, device=device)
+
+        def encode():
+            context = RunContext(reducer, plan, VectorSource(update), None, 1, device)
+            for chunk in plan.chunks:
+                at = chunk.start // 8
+                reducer.kernel(codec.encode_votes, numel)(words[at: at + chunk.length // 8], context.values(chunk),
+                                                          True, 1)
+
+        def decode():  # the local majority over world_size copies of a part, then the +-1 direction
+            context = RunContext(reducer, plan, None, VectorSink(direction), 1, device)
+            for chunk in plan.chunks:
+                at, n = chunk.start // 8, chunk.length // 8
+                reducer.kernel(codec.majority_1bit, numel)(mine[: n // world_size], words[at: at + n], world_size,
+                                                           True)
+                target = context.target(chunk)
+                reducer.kernel(codec.decode_signs_1bit, numel)(target, words[at: at + n])
+                context.commit(chunk, target)
+        return encode, decode
+    k = fields_per_word(reducer.bits)
+    words = torch.empty(plan.padded_numel // k, dtype=word_dtype(reducer.bits), device=device)
+
+    def encode():
+        context = reducer._begin(plan, VectorSource(update), None, 1, device)
+        for chunk in plan.chunks:
+            reducer.encode(chunk, context, words[chunk.start // k: (chunk.start + chunk.length) // k])
+
+    def decode():
+        context = reducer._begin(plan, None, VectorSink(direction), 1, device)
+        for chunk in plan.chunks:
+            reducer.decode(chunk, context, words[chunk.start // k: (chunk.start + chunk.length) // k])
+    return encode, decode
+
+
+def codec_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
+    rows = []
+    g = torch.Generator(device=device).manual_seed(0)
+    update = torch.randn(numel, device=device, generator=g) * 1e-3
+    for label, name, options in CODEC_SETTINGS:
+        for path in ("eager", "compiled"):
+            encode, decode = codec_work(name, options, update, path == "compiled")
+            encode(), encode()  # both tie-rule parities' kernels compiled before timing
+            _row(rows, "encode", f"{label} ({path})", best_seconds(encode, device, repeats), 4 * numel, device,
+                 repeats)
+            _row(rows, "decode", f"{label} ({path})", best_seconds(decode, device, repeats), 4 * numel, device,
+                 repeats)
     return rows
 
 
 def wire_rows(numel: int = 100_000_000) -> list[dict]:
-    settings = [("fp32", "fp32", {}), ("bf16", "bf16", {}), ("pbit 8-bit", "pbit", dict(bits=8)),
-                ("pbit 4-bit", "pbit", dict(bits=4)), ("onebit", "onebit", {}),
+    settings = [("fp32", "fp32", {}), ("bf16", "bf16", {}), ("pbit 8-bit votes", "pbit", dict(bits=8)),
+                ("pbit 4-bit votes", "pbit", dict(bits=4)),
+                ("pbit 8-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=8)), ("onebit", "onebit", {}),
                 ("ps_naive 8-bit (server)", "ps_naive", dict(bits=8)),
                 ("ps_tree 8-bit (server)", "ps_tree", dict(bits=8))]
     rows = []
@@ -99,7 +156,7 @@ def wire_rows(numel: int = 100_000_000) -> list[dict]:
             try:
                 mib = make_reducer(name, world_size=world_size, rank=0, **options).wire_bytes(numel) / 2**20
             except ValueError:
-                mib = float("nan")  # does not fit this world size (overflow guard)
+                mib = float("nan")  # does not fit this world size even in 16-bit fields
             rows.append(dict(reducer=label, world_size=world_size, mib=mib))
     return rows
 
@@ -109,16 +166,26 @@ def main(argv=None) -> None:
     parser.add_argument("--numel", type=int, default=1 << 26)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (1: one core, as one rank of the "
+                        "emulated cluster has)")
+    parser.add_argument("--only", choices=("all", "packing", "codec"), default="all")
     parser.add_argument("--csv", default=None, help="also write the kernel rows to this CSV file")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"# core kernels on {name}, {args.numel:,} elements, best of {args.repeats}")
-    rows = kernel_rows(args.numel, device, args.repeats)
-    print(f"{'kind':<14} {'name':<20} {'ms':>9} {'GB/s':>8} {'memcpy GB/s':>12} {'ms per 774M':>12}")
+    rows = []
+    if args.only in ("all", "packing"):
+        rows += packing_rows(args.numel, device, args.repeats)
+    if args.only in ("all", "codec"):
+        rows += codec_rows(args.numel, device, args.repeats)
+    print(f"{'kind':<10} {'name':<34} {'ms':>9} {'GB/s':>8} {'memcpy GB/s':>12} {'read GB/s':>10} "
+          f"{'ms per 774M':>12}")
     for r in rows:
-        print(f"{r['kind']:<14} {r['name']:<20} {r['ms']:>9.2f} {r['gbps']:>8.2f} {r['memcpy_gbps']:>12.2f} "
-              f"{r['ms_per_774m']:>12.1f}")
+        print(f"{r['kind']:<10} {r['name']:<34} {r['ms']:>9.2f} {r['gbps']:>8.2f} {r['memcpy_gbps']:>12.2f} "
+              f"{r['read_gbps']:>10.2f} {r['ms_per_774m']:>12.1f}")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))

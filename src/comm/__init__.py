@@ -5,15 +5,17 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 
 | name       | algorithm                                                   | options                                  |
 |------------|-------------------------------------------------------------|------------------------------------------|
-| `pbit`     | uint8 SUM allreduce of packed low-bit sums                  | quant, levels, bits, vote, zeros, seed   |
+| `pbit`     | SUM allreduce of packed low-bit fields (widened to fit)     | quant, levels, bits, vote, zeros, seed   |
 | `onebit`   | all-to-all + local majority + allgather, 1 bit each way     | zeros                                    |
 | `ps_naive` | parameter server, point-to-point                            | as pbit                                  |
 | `ps_tree`  | parameter server, gather + broadcast                        | as pbit                                  |
 | `fp32`     | allreduce of raw updates in float32, then sign              | vote                                     |
 | `bf16`     | allreduce of raw updates in bfloat16, then sign             | vote                                     |
 
-Every reducer also takes `world_size`/`rank` (to plan without a process group), `segments` (per-layer scales),
-`check_finite` and `timer`.
+Every reducer also takes `chunk` and `compile` (the pipelined, fused hot path: src/comm/chunked.py), `world_size`/
+`rank` (to plan without a process group), `segments` (per-layer scales), `check_finite` (opt-in, a host sync) and
+`timer`. Besides `reduce`, these reducers offer `run(source, sink, step, numel, device)`, which LionCub uses to
+reduce without ever holding the whole update vector or direction.
 """
 from __future__ import annotations
 

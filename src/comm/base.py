@@ -9,9 +9,14 @@ The tie rule of Section 3.2 (`zeros`): where a value must fit 1 bit, a zero beco
 or alternates, +1 on odd steps and -1 on even steps (`alternate`; steps count from 1). `keep` keeps zeros exact by
 spending one more level on the wire (the paper's "2-bit allreduce which transmits exact zeros", Fig. 3).
 
-Non-finite input is rejected on the rank that holds it with `NonFiniteUpdateError` before anything is quantized
-or sent (the other ranks then fail in their collective, and torchrun tears the job down). A world size of 1 is
-allowed: the collectives are no-ops and the result is the local quantized direction.
+Non-finite input: the training loop votes on finite losses and gradients before the optimizer steps
+(src/reliability/nonfinite.py), so by default a reducer does not look (that look is a host synchronisation per
+step). Unchecked, non-finite values still give well-defined codes (a NaN votes -1 and quantizes to 0; an infinity
+votes by its sign and makes its layer's scaled codes 0), so every rank receives the same finite direction and the
+replicas stay identical; the rank's own momentum keeps the NaN. With `check_finite=True` (a direct user of LionCub without the loop may want it), a
+non-finite value is rejected on the rank that holds it with `NonFiniteUpdateError` before it is quantized or sent
+(the other ranks then fail in their collective, and torchrun tears the job down). A world size of 1 is allowed:
+the collectives are no-ops and the result is the local quantized direction.
 """
 from __future__ import annotations
 
@@ -42,21 +47,6 @@ def tie_value(step: int, zeros: str) -> int:
             raise ValueError(f"steps count from 1 for the alternating tie rule, got step={step}")
         return 1 if step % 2 == 1 else -1
     raise ValueError(f"tie rule {zeros!r} does not resolve zeros; choose one of alternate, plus, minus")
-
-
-def votes_into(update: torch.Tensor, step: int, zeros: str, out: torch.Tensor) -> torch.Tensor:
-    """1-bit votes (True = +1) of sign(update) with zeros resolved by the tie rule, written into a bool `out`.
-
-    sign(x) with a zero turned into +1 is x >= 0, and into -1 is x > 0: one comparison, no quantizer pass.
-    """
-    compare = torch.ge if tie_value(step, zeros) > 0 else torch.gt
-    return compare(update, 0, out=out)
-
-
-def resolve_zeros_(codes: torch.Tensor, step: int, zeros: str) -> torch.Tensor:
-    """Replace exact zeros in an integer code tensor by the tie value, in place."""
-    codes.masked_fill_(codes == 0, tie_value(step, zeros))
-    return codes
 
 
 def check_choice(what: str, value, choices: Sequence) -> None:
@@ -92,7 +82,7 @@ class Reducer:
     name = "base"
 
     def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None,
-                 segments: Sequence[int] | None = None, check_finite: bool = True, timer: PhaseTimer | None = None):
+                 segments: Sequence[int] | None = None, check_finite: bool = False, timer: PhaseTimer | None = None):
         self.group = group
         self.world_size, self.rank, self.live = resolve_group(group, world_size, rank)
         self.segments = None if segments is None else [int(s) for s in segments]
@@ -118,7 +108,7 @@ class Reducer:
                              f"dtype {update.dtype}")
         if self.segments is not None and sum(self.segments) != update.numel():
             raise ValueError(f"{self.name}: segments cover {sum(self.segments)} elements, update has {update.numel()}")
-        if self.check_finite and not torch.isfinite(update.sum()):  # one pass; NaN/Inf anywhere make the sum so
+        if self.check_finite and not torch.isfinite(update.sum()):  # opt-in: a host synchronisation
             bad = (~torch.isfinite(update)).sum().item()
             if bad:
                 raise NonFiniteUpdateError(

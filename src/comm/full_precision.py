@@ -4,6 +4,7 @@ Every rank contributes its raw update vector c_i (no quantization), one SUM allr
 the direction is sign(sum_i c_i), exact ties kept as 0. With momentum synchronised every step this is Lion on the
 averaged gradient (the sum of identical-momentum updates has the sign of the averaged update), which the tests use
 as the reference trajectory. Majority vote only: an "average" of raw values is not a Lion direction.
+The allreduce is pipelined in chunks like the low-bit reducers' (src/comm/chunked.py).
 Deliberate difference from the paper: none (the paper's "Lion (32/16bit)" baselines allreduce *gradients*; that
 is `src.optim.grad_allreduce`, not this reducer).
 """
@@ -14,32 +15,41 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import Reducer
+from src.comm import codec
+from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer, RunContext
+from src.comm.pipeline import Chunk
 from src.comm.wire import ring_allreduce_bytes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-class FullPrecisionReducer(Reducer):
-    """`fp32` / `bf16`: SUM allreduce of the raw updates, then sign."""
+class FullPrecisionReducer(ChunkedReducer):
+    """`fp32` / `bf16`: SUM allreduce of the raw updates, then sign (pipelined chunk by chunk)."""
 
-    def __init__(self, group=None, *, dtype: str = "fp32", vote: str = "majority", world_size: int | None = None,
-                 rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = True,
-                 timer=None):
-        super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
-                         timer=timer)
+    def __init__(self, group=None, *, dtype: str = "fp32", vote: str = "majority", chunk: int = DEFAULT_CHUNK,
+                 compile="auto", world_size: int | None = None, rank: int | None = None,
+                 segments: Sequence[int] | None = None, check_finite: bool = False, timer=None):
+        self.name = dtype
+        super().__init__(group, chunk=chunk, compile=compile, world_size=world_size, rank=rank, segments=segments,
+                         check_finite=check_finite, timer=timer)
         if vote != "majority":
             raise ValueError(f"{dtype}: the full-precision reducer supports vote='majority' only; got {vote!r}")
-        self.name, self.dtype = dtype, DTYPES[dtype]
+        self.dtype = DTYPES[dtype]
 
-    def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
+    def _align(self) -> int:
+        return 1
+
+    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
+        buffer = self.slot("buffer", slot, context.plan.chunk, self.dtype, context.device)[: chunk.length]
+        values = context.values(chunk)
         with self.timer.phase("quantize"):
-            buf = self.workspace.get("buffer", update.numel(), self.dtype, update.device).copy_(update)
-        with self.timer.phase("communicate"):
-            dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=self.group)
+            context.kernel(codec.encode_cast)(buffer, values)
+        context.encoded(chunk)
+        yield dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        target = context.target(chunk)
         with self.timer.phase("quantize"):
-            direction = self.workspace.get("direction", update.numel(), torch.float32, update.device)
-            return direction.copy_(buf).sign_()
+            context.kernel(codec.decode_sign)(target, buffer)
+        context.commit(chunk, target)
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)

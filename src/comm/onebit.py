@@ -1,16 +1,19 @@
 """The 1-bit compressed allreduce for majority vote (Lion Cub, Sections 3.1 and 3.2; Table 1, Fig. 1).
 
 1. Each rank takes sign(c_i), turns exact zeros into +-1 with the tie rule, and packs the votes to 1 bit.
-2. The packed vector is cut into `world_size` equal chunks; `all_to_all_single` sends chunk j to rank j.
-3. Rank j unpacks the `world_size` copies of its chunk, sums the votes and takes the sign; tied sums (possible
-   with an even world size) are resolved by the same tie rule; the result is repacked to 1 bit.
+2. The packed vector is cut into `world_size` equal parts; `all_to_all_single` sends part j to rank j.
+3. Rank j sums the `world_size` copies of its part bit by bit and takes the majority; tied sums (possible with an
+   even world size) are resolved by the same tie rule; the result stays packed at 1 bit.
 4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
-   every rank every chunk; unpacking yields the +-1 direction.
+   every rank every part; unpacking yields the +-1 direction.
 
-The vector is padded to a multiple of `8 * world_size` elements so that chunks are whole bytes. Majority vote
-only (an average cannot travel in 1 bit), so the result never holds a zero.
+The work is pipelined chunk by chunk (src/comm/chunked.py): each chunk goes through steps 1-4 on its own, with
+its all-to-all and allgather asynchronous, so encoding, voting and decoding overlap the wire. A chunk is a
+multiple of `8 * world_size` elements, so that every rank's part is whole bytes; the vector is padded to such a
+multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
+result never holds a zero.
 Deliberate difference from the paper: none in the algorithm; the paper's CuPy pack/unpack kernels are replaced by
-vectorised torch ops (numpy's packbits on CPU).
+fused torch kernels (src/comm/codec.py), and the vector travels in pipelined chunks.
 """
 from __future__ import annotations
 
@@ -19,68 +22,61 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import Reducer, check_choice, tie_value, votes_into
-from src.comm.packing import pack, unpack
+from src.comm import codec
+from src.comm.base import check_choice, tie_value
+from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer, RunContext
+from src.comm.pipeline import Chunk
 from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
 
 # torch 2.14 renamed all_gather_into_tensor (now deprecated) to all_gather_single; accept either torch.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
-class OneBitReducer(Reducer):
+class OneBitReducer(ChunkedReducer):
     """`onebit`: all-to-all of 1-bit votes, local majority vote, allgather of 1-bit results."""
 
     name = "onebit"
 
     def __init__(self, group=None, *, quant: str = "sign", levels: int = 1, bits: int = 1, vote: str = "majority",
-                 zeros: str = "alternate", world_size: int | None = None, rank: int | None = None,
-                 segments: Sequence[int] | None = None, check_finite: bool = True, timer=None):
-        super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
-                         timer=timer)
+                 zeros: str = "alternate", chunk: int = DEFAULT_CHUNK, compile="auto", world_size: int | None = None,
+                 rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = False,
+                 timer=None):
+        super().__init__(group, chunk=chunk, compile=compile, world_size=world_size, rank=rank, segments=segments,
+                         check_finite=check_finite, timer=timer)
         if quant != "sign" or levels != 1 or bits != 1:
             raise ValueError(f"onebit sends 1-bit signs only (quant='sign', levels=1, bits=1); got quant={quant!r}, "
                              f"levels={levels}, bits={bits}. Use the pbit reducer for multi-level quantization.")
         if vote != "majority":
             raise ValueError(f"onebit supports vote='majority' only (an average does not fit 1 bit); got {vote!r}")
         check_choice("zeros rule", zeros, ("alternate", "plus", "minus"))
-        self.zeros = zeros
+        self.zeros, self.bits = zeros, 1
+
+    def _align(self) -> int:
+        return 8 * self.world_size
 
     def padded_numel(self, numel: int) -> int:
-        multiple = 8 * self.world_size
-        return -(-numel // multiple) * multiple
+        return self.plan(numel).padded_numel
 
-    def _local_votes(self, update: torch.Tensor, step: int, padded: int) -> torch.Tensor:
-        """This rank's packed 1-bit votes over the padded vector (the padding votes -1 and is discarded)."""
-        votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
-        votes_into(update, step, self.zeros, votes[: update.numel()])
-        packed = self.workspace.get("packed", padded // 8, torch.uint8, update.device)
-        return pack(votes.view(torch.uint8), 1, out=packed, workspace=self.workspace)
-
-    def _chunk_majority(self, received: torch.Tensor, step: int, chunk_numel: int) -> torch.Tensor:
-        """Votes of all ranks for this rank's chunk -> packed 1-bit majority."""
-        ones = unpack(received, 1, received.numel() * 8).view(self.world_size, chunk_numel)
-        total = ones.sum(dim=0, dtype=torch.int16)
-        signed = 2 * total - self.world_size
-        result = (signed > 0) | ((signed == 0) & (tie_value(step, self.zeros) > 0))
-        return pack(result.to(torch.uint8), 1)
-
-    def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
-        numel, padded = update.numel(), self.padded_numel(update.numel())
-        chunk_numel = padded // self.world_size
+    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
+        plan, device, world = context.plan, context.device, self.world_size
+        nbytes, part = chunk.length // 8, chunk.length // (8 * world)
+        sent = self.slot("sent", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
+        received = self.slot("received", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
+        mine = self.slot("mine", slot, plan.chunk // (8 * world), torch.uint8, device)[:part]
+        gathered = self.slot("gathered", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
+        positive = tie_value(context.step, self.zeros) > 0
+        values = context.values(chunk)
         with self.timer.phase("quantize"):
-            packed = self._local_votes(update, step, padded)
-            received = self.workspace.get("received", padded // 8, torch.uint8, update.device)
-        with self.timer.phase("communicate"):
-            dist.all_to_all_single(received, packed, group=self.group)
+            context.kernel(codec.encode_votes)(sent, values, positive, 1)
+        context.encoded(chunk)
+        yield dist.all_to_all_single(received, sent, group=self.group, async_op=True)
         with self.timer.phase("quantize"):
-            mine = self._chunk_majority(received, step, chunk_numel)
-            gathered = self.workspace.get("gathered", padded // 8, torch.uint8, update.device)
-        with self.timer.phase("communicate"):
-            _all_gather_flat(gathered, mine, group=self.group)
+            context.kernel(codec.majority_1bit)(mine, received, world, positive)
+        yield _all_gather_flat(gathered, mine, group=self.group, async_op=True)
+        target = context.target(chunk)
         with self.timer.phase("quantize"):
-            direction = self.workspace.get("direction", numel, torch.float32, update.device)
-            torch.mul(unpack(gathered, 1, numel, workspace=self.workspace), 2, out=direction)
-            return direction.sub_(1)
+            context.kernel(codec.decode_signs_1bit)(target, gathered)
+        context.commit(chunk, target)
 
     def wire_bytes(self, numel: int) -> int:
         packed = self.padded_numel(numel) // 8

@@ -1,20 +1,23 @@
-"""Bit packing of small non-negative integers into bytes (Lion Cub, Sections 3.1 and 6).
+"""Bit packing of small non-negative integers into words (Lion Cub, Sections 3.1 and 6).
 
-`pack(values, bits)` stores `8 // bits` fields per uint8 byte, the first element in the lowest bits;
-`unpack(packed, bits, numel)` inverts it. Field widths 1, 2, 4 and 8 (8 is the identity). Both are vectorised
-torch ops on any device: `8 // bits` consecutive values are viewed as one little-endian word (int16/int32/int64)
-and folded into a byte with shifts and masks. On CPU the 1-bit case uses numpy's packbits/unpackbits instead.
+A field width `bits` of 1, 2, 4 or 8 packs `8 // bits` fields into one uint8 word; 16-bit fields travel two to an
+int32 word (NCCL and gloo have no 16-bit integer sum). Because fields do not overlap, a word-wise SUM of packed
+tensors is the field-wise sum of the values as long as no field's sum exceeds `field_max(bits)`: that is what the
+p-bit allreduce relies on. `field_max` is 2**bits - 1 up to 8 bits; for 16-bit fields it is 2**15 - 1, so that the
+upper field of an int32 word never reaches the sign bit and the word sum never overflows.
 
-Because fields do not overlap, a byte-wise SUM of packed tensors is the field-wise sum of the values as long as no
-field's sum exceeds `2**bits - 1`: that is what the p-bit allreduce relies on (a uint8 SUM allreduce, which wraps
-modulo 256 on gloo and NCCL). The reducers check that bound before any communication.
+Layout (planar): `n` values are padded with zeros to `k * m` (k fields per word, m = ceil(n / k) words); value `i`
+sits in word `i % m`, field `i // m`, field 0 in the lowest bits. Every field plane is a contiguous slice of the
+values, so packing and unpacking are a few vectorised passes (and one fused loop under `torch.compile`) on any
+device; the same code runs on CPU and GPU.
+Deliberate difference from the paper: its CuPy kernels pack consecutive values into one word; the planar order is
+ours (it vectorises without shuffles). The reducers never depend on the order, only on pack/unpack being inverse.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-FIELD_WIDTHS = (1, 2, 4, 8)
+FIELD_WIDTHS = (1, 2, 4, 8, 16)
 
 
 def check_bits(bits: int) -> None:
@@ -22,105 +25,84 @@ def check_bits(bits: int) -> None:
         raise ValueError(f"field width bits={bits!r} is not supported; choose one of {FIELD_WIDTHS}")
 
 
+def word_dtype(bits: int) -> torch.dtype:
+    """The dtype of the words that carry `bits`-wide fields (and of the collective that sums them)."""
+    check_bits(bits)
+    return torch.int32 if bits == 16 else torch.uint8
+
+
+def fields_per_word(bits: int) -> int:
+    check_bits(bits)
+    return 2 if bits == 16 else 8 // bits
+
+
+def field_max(bits: int) -> int:
+    """The largest sum a `bits`-wide field holds without spilling into its neighbour (or overflowing its word)."""
+    check_bits(bits)
+    return (1 << 15) - 1 if bits == 16 else (1 << bits) - 1
+
+
 def packed_numel(numel: int, bits: int) -> int:
-    """Bytes needed for `numel` fields of `bits` bits."""
+    """Words needed for `numel` fields of `bits` bits."""
+    k = fields_per_word(bits)
+    return -(-numel // k)
+
+
+def packed_bytes(numel: int, bits: int) -> int:
+    """Bytes on the wire for `numel` fields of `bits` bits."""
+    return packed_numel(numel, bits) * word_dtype(bits).itemsize
+
+
+def fold(planes: torch.Tensor, bits: int) -> torch.Tensor:
+    """Words from a [k, m] tensor of field values (bool, or integers <= field_max): field j of word i is
+    planes[j, i], i.e. the word is sum_j planes[j] << (bits * j) (fields do not overlap, so the sum is an or)."""
+    k, dtype = fields_per_word(bits), word_dtype(bits)
+    if torch.compiler.is_compiling():  # int32 arithmetic and selects: what inductor vectorises
+        if planes.dtype == torch.bool:
+            terms = [torch.where(planes[j], 1 << (bits * j), 0) for j in range(k)]
+        else:
+            terms = [planes[j].to(torch.int32) * (1 << (bits * j)) for j in range(k)]
+        word = terms[0].to(torch.int32)
+        for term in terms[1:]:
+            word = word + term
+        return word.to(dtype)
+    planes = planes.to(dtype)  # eager: in-place shifts and ors on the narrow word type
+    word = planes[0].clone()
+    for j in range(1, k):
+        word.bitwise_or_(planes[j].bitwise_left_shift_(bits * j))
+    return word
+
+
+def spread(words: torch.Tensor, bits: int) -> torch.Tensor:
+    """The inverse of `fold`: a [k, m] int32 tensor of field values (or field sums) from m words."""
+    k = fields_per_word(bits)
+    mask = (1 << bits) - 1
+    w = words.to(torch.int32)  # non-negative: a 16-bit word's upper field stays below 2**15
+    if k == 1:
+        return w.unsqueeze(0)
+    return torch.stack([torch.bitwise_right_shift(w, bits * j) & mask for j in range(k)])
+
+
+def pack(values: torch.Tensor, bits: int) -> torch.Tensor:
+    """Pack a flat tensor of non-negative integers (each <= field_max(bits)) into words, in the planar layout."""
     check_bits(bits)
-    per_byte = 8 // bits
-    return -(-numel // per_byte)
-
-
-def pack(values: torch.Tensor, bits: int, out: torch.Tensor | None = None, workspace=None) -> torch.Tensor:
-    """Pack a flat uint8 tensor whose entries are < 2**bits into bytes (zero-padded to whole bytes).
-
-    With `out` (a uint8 buffer of `packed_numel(values.numel(), bits)` bytes) the result is written there; with
-    `workspace` (a `src.comm.workspace.Workspace`) the scratch words are reused across calls.
-    """
-    check_bits(bits)
-    if values.dtype != torch.uint8:
-        raise TypeError(f"pack expects uint8 values, got {values.dtype}")
+    if values.dtype.is_floating_point or values.dtype == torch.bool:
+        raise TypeError(f"pack expects integer values, got {values.dtype}")
     values = values.reshape(-1)
-    if bits == 8:
-        return values.clone() if out is None else out.copy_(values)
-    per_byte = 8 // bits
-    pad = (-values.numel()) % per_byte
-    if pad:
-        values = torch.cat([values, values.new_zeros(pad)])
-    if bits == 1 and values.device.type == "cpu":
-        packed = torch.from_numpy(np.packbits(values.numpy().astype(bool, copy=False), bitorder="little"))
-        return packed if out is None else out.copy_(packed)
-    return _pack_torch(values, bits, out, workspace)
+    k, m = fields_per_word(bits), packed_numel(values.numel(), bits)
+    padded = values.new_zeros(k * m)
+    padded[: values.numel()] = values
+    return fold(padded.view(k, m), bits)
 
 
-def _scratch(workspace, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A scratch buffer: reused from `workspace` when given (no page faults on the hot path), else fresh."""
-    if workspace is None:
-        return torch.empty(numel, dtype=dtype, device=device)
-    return workspace.get(name, numel, dtype, device)
-
-
-# Per field width: the word that holds one byte's fields, and the (shift, mask) folding rounds of `_pack_torch`.
-_FOLDS = {
-    4: (torch.int16, [(4, 0xF0), None]),
-    2: (torch.int32, [(6, 0x000F000F), (12, 0xFF)]),
-    1: (torch.int64, [(7, 0x0003000300030003), (14, 0x0000000F0000000F), (28, 0xFF)]),
-}
-
-
-def _pack_torch(values: torch.Tensor, bits: int, out: torch.Tensor | None = None, workspace=None) -> torch.Tensor:
-    """The device-generic path: view `8 // bits` values as one little-endian word and fold the fields together
-    with shifts and masks, in a few contiguous passes over reused scratch words."""
-    if values.storage_offset() % 8:
-        values = values.clone()
-    word, rounds = _FOLDS[bits]
-    w = values.view(word)
-    a = _scratch(workspace, "pack_a", w.numel(), word, w.device)
-    b = _scratch(workspace, "pack_b", w.numel(), word, w.device)
-    if bits == 4:  # byte = (w & 0xF) | ((w >> 4) & 0xF0)
-        torch.bitwise_right_shift(w, 4, out=a).bitwise_and_(0xF0)
-        a.bitwise_or_(torch.bitwise_and(w, 0xF, out=b))
-    else:  # w = (w | (w >> shift)) & mask, round after round
-        src = w
-        for i, (shift, mask) in enumerate(rounds):
-            dst = a if i % 2 == 0 else b
-            torch.bitwise_right_shift(src, shift, out=dst).bitwise_or_(src).bitwise_and_(mask)
-            src = dst
-        a = src
-    return a.to(torch.uint8) if out is None else out.copy_(a)
-
-
-def unpack(packed: torch.Tensor, bits: int, numel: int, workspace=None) -> torch.Tensor:
-    """Inverse of `pack`: the first `numel` fields of `packed` as a flat uint8 tensor.
-
-    With `workspace` the result is a view of a reused scratch buffer, valid until the next call with it.
-    """
+def unpack(words: torch.Tensor, bits: int, numel: int) -> torch.Tensor:
+    """Inverse of `pack`: the first `numel` fields of `words` (uint8 values up to 8 bits, int32 for 16)."""
     check_bits(bits)
-    if packed.dtype != torch.uint8:
-        raise TypeError(f"unpack expects uint8 bytes, got {packed.dtype}")
-    packed = packed.reshape(-1)
-    capacity = packed.numel() * (8 // bits)
+    if words.dtype != word_dtype(bits):
+        raise TypeError(f"unpack expects {word_dtype(bits)} words for {bits}-bit fields, got {words.dtype}")
+    words = words.reshape(-1)
+    capacity = words.numel() * fields_per_word(bits)
     if numel > capacity:
-        raise ValueError(f"unpack: {packed.numel()} bytes of {bits}-bit fields hold {capacity} values, not {numel}")
-    if bits == 8:  # the bytes are the values: a view will do where the caller accepts a short-lived result
-        return packed[:numel] if workspace is not None else packed[:numel].clone()
-    if bits == 1 and packed.device.type == "cpu":
-        return torch.from_numpy(np.unpackbits(packed.numpy(), count=numel, bitorder="little"))
-    return _unpack_torch(packed, bits, numel, workspace)
-
-
-def _unpack_torch(packed: torch.Tensor, bits: int, numel: int, workspace=None) -> torch.Tensor:
-    """The device-generic path: the inverse of `_pack_torch`, spreading each byte's fields over one word."""
-    word, rounds = _FOLDS[bits]
-    a = _scratch(workspace, "unpack_a", packed.numel(), word, packed.device)
-    b = _scratch(workspace, "unpack_b", packed.numel(), word, packed.device)
-    if bits == 4:  # word = (byte & 0xF) | ((byte >> 4) << 8)
-        a.copy_(packed).bitwise_right_shift_(4).bitwise_left_shift_(8)
-        a.bitwise_or_(b.copy_(packed).bitwise_and_(0xF))
-    else:  # the folding rounds in reverse, with left shifts and the previous round's mask
-        masks = [m for _, m in rounds[:-1]][::-1] + [0x0101010101010101 if bits == 1 else 0x03030303]
-        src = a.copy_(packed)
-        for i, ((shift, _), mask) in enumerate(zip(rounds[::-1], masks)):
-            dst = b if i % 2 == 0 else a
-            torch.bitwise_left_shift(src, shift, out=dst).bitwise_or_(src).bitwise_and_(mask)
-            src = dst
-        a = src
-    return a.view(torch.uint8)[:numel]
+        raise ValueError(f"unpack: {words.numel()} words of {bits}-bit fields hold {capacity} values, not {numel}")
+    values = spread(words, bits).reshape(-1)[:numel]
+    return values if bits == 16 else values.to(torch.uint8)

@@ -6,6 +6,8 @@ back; every rank then decodes the same sum. The encoding is the p-bit reducer's 
 - `ps_naive`: point-to-point sends to rank 0 and back (Table 1, "Parameter server (naive)").
 - `ps_tree`: `gather` + `broadcast` collectives (Table 1, "Parameter server (efficient)").
 
+The sums travel in pipelined chunks, as pbit's do (src/comm/chunked.py): point-to-point `isend`/`irecv` tagged by
+chunk, or asynchronous `gather` and `broadcast`.
 Deliberate difference from Distributed Lion: the server returns the exact sum (in `bits`-wide fields) rather than
 an already-voted binary vector, so majority vote and averaging share one wire format and exact ties stay 0.
 """
@@ -14,55 +16,78 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from src.comm.packing import packed_numel
+from src.comm.chunked import RunContext
+from src.comm.packing import fields_per_word, packed_bytes, word_dtype
 from src.comm.pbit import PBitReducer
+from src.comm.pipeline import Chunk, Works
 from src.comm.wire import binomial_broadcast_bytes, binomial_gather_bytes
 
 
-def _server_sum(parts: list[torch.Tensor]) -> torch.Tensor:
-    """Byte-wise sum of packed contributions; exact because no field can overflow (checked at construction)."""
-    total = parts[0].clone()
-    for part in parts[1:]:
-        total.add_(part)
-    return total
+class _ParameterServer(PBitReducer):
+    """The p-bit encoding, with the sum formed on a server instead of by an allreduce."""
+
+    def _parts(self, context: RunContext, slot: int, nwords: int) -> torch.Tensor:
+        """The server's receive buffers of one slot: [world_size, nwords] words (row 0 unused by ps_naive)."""
+        per_rank = context.plan.chunk // fields_per_word(self.bits)
+        buf = self.slot("parts", slot, self.world_size * per_rank, word_dtype(self.bits), context.device)
+        return buf.view(self.world_size, per_rank)[:, :nwords]
+
+    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
+        nwords = chunk.length // fields_per_word(self.bits)
+        words = self.words(context.plan, slot, context.device)[:nwords]
+        self.encode(chunk, context, words)
+        summed = yield from self._sum(chunk, slot, context, words)
+        self.decode(chunk, context, summed)
+
+    def wire_bytes_of(self, numel: int) -> int:
+        return packed_bytes(self.plan(numel).padded_numel, self.bits)
 
 
-class NaiveParameterServer(PBitReducer):
+def _server_sum(parts: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Word-wise sum of the packed contributions (rows); exact because no field can overflow."""
+    return torch.sum(parts, dim=0, dtype=parts.dtype, out=out)
+
+
+class NaiveParameterServer(_ParameterServer):
     name = "ps_naive"
 
-    def sum_packed(self, packed: torch.Tensor) -> torch.Tensor:
-        server = self.global_rank(0)
+    def _sum(self, chunk: Chunk, slot: int, context: RunContext, words: torch.Tensor):
+        server, tag = self.global_rank(0), chunk.index
         if self.rank == 0:
-            parts = [packed]
-            for r in range(1, self.world_size):
-                buf = torch.empty_like(packed)
-                dist.recv(buf, src=self.global_rank(r), group=self.group)
-                parts.append(buf)
-            total = _server_sum(parts)
-            for r in range(1, self.world_size):
-                dist.send(total, dst=self.global_rank(r), group=self.group)
-            return total
-        dist.send(packed, dst=server, group=self.group)
-        dist.recv(packed, src=server, group=self.group)
-        return packed
+            parts = self._parts(context, slot, words.numel())
+            yield Works([dist.irecv(parts[r], src=self.global_rank(r), group=self.group, tag=tag)
+                         for r in range(1, self.world_size)])
+            parts[0].copy_(words)
+            _server_sum(parts, words)
+            yield Works([dist.isend(words, dst=self.global_rank(r), group=self.group, tag=tag)
+                         for r in range(1, self.world_size)])
+            return words
+        per_rank = context.plan.chunk // fields_per_word(self.bits)
+        result = self.slot("result", slot, per_rank, word_dtype(self.bits), context.device)[: words.numel()]
+        receive = dist.irecv(result, src=server, group=self.group, tag=tag)  # posted now, waited for second
+        yield dist.isend(words, dst=server, group=self.group, tag=tag)
+        yield receive
+        return result
 
     def wire_bytes(self, numel: int) -> int:
-        nbytes = packed_numel(numel, self.bits)
+        nbytes = self.wire_bytes_of(numel)
         return (self.world_size - 1) * nbytes if self.rank == 0 else nbytes
 
 
-class TreeParameterServer(PBitReducer):
+class TreeParameterServer(_ParameterServer):
     name = "ps_tree"
 
-    def sum_packed(self, packed: torch.Tensor) -> torch.Tensor:
+    def _sum(self, chunk: Chunk, slot: int, context: RunContext, words: torch.Tensor):
         server = self.global_rank(0)
-        parts = [torch.empty_like(packed) for _ in range(self.world_size)] if self.rank == 0 else None
-        dist.gather(packed, gather_list=parts, dst=server, group=self.group)
-        total = _server_sum(parts) if self.rank == 0 else packed
-        dist.broadcast(total, src=server, group=self.group)
-        return total
+        parts = self._parts(context, slot, words.numel()) if self.rank == 0 else None
+        yield dist.gather(words, gather_list=list(parts) if parts is not None else None, dst=server,
+                          group=self.group, async_op=True)
+        if self.rank == 0:
+            _server_sum(parts, words)
+        yield dist.broadcast(words, src=server, group=self.group, async_op=True)
+        return words
 
     def wire_bytes(self, numel: int) -> int:
-        nbytes = packed_numel(numel, self.bits)
+        nbytes = self.wire_bytes_of(numel)
         return (binomial_gather_bytes(nbytes, self.world_size, self.rank)
                 + binomial_broadcast_bytes(nbytes, self.world_size, self.rank))

@@ -22,5 +22,14 @@ class Workspace:
             self._buffers[name] = buf
         return buf
 
+    def nbytes(self) -> int:
+        """Bytes of all buffers held."""
+        return sum(buf.numel() * buf.element_size() for buf in self._buffers.values())
+
+    def release(self, prefix: str) -> None:
+        """Drop the buffers whose names start with `prefix` (used rarely: not worth keeping between uses)."""
+        for name in [n for n in self._buffers if n.startswith(prefix)]:
+            del self._buffers[name]
+
     def clear(self) -> None:
         self._buffers.clear()

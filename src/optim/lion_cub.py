@@ -1,17 +1,24 @@
 """LionCub: distributed Lion with compressed update communication (Lion Cub, Algorithm 1 and Sections 3 to 6).
 
 Per step, on every rank i:
-  1. c_i = beta1 * m_i + (1 - beta1) * g_i for every parameter, concatenated into one flat float32 vector
-     (one collective per step, as the paper does);
-  2. direction = reducer.reduce(c_i, step): sign(sum_i Q(c_i)) for majority vote, or the average
+  1. c_i = beta1 * m_i + (1 - beta1) * g_i for every parameter, as one flat vector (one reduction per step, as the
+     paper does);
+  2. direction = the reducer's aggregate: sign(sum_i Q(c_i)) for majority vote, or the average
      sum_i Q(c_i) / (world_size * levels), identical on every rank;
   3. p <- p * (1 - lr * weight_decay) - lr * direction (weight decay applied locally; per-group lr/decay);
   4. m_i <- beta2 * m_i + (1 - beta2) * g_i (local momentum, never communicated...)
   5. ...except for the momentum synchronization of Section 5: every `every` steps, the momenta of the chosen
-     layer class are averaged across ranks with one allreduce.
+     layer class are averaged across ranks (src/optim/momentum_sync.py).
+With the built-in reducers (src/comm/chunked.py) steps 1-4 run chunk by chunk inside the pipelined reduction:
+c is computed into one chunk-sized scratch just before the chunk is encoded, the momentum of that chunk steps
+right after, and each chunk's direction is applied to its parameters as soon as it is decoded. No flat update
+vector or direction ever exists, so the step keeps only the reducer's chunk buffers beyond parameters, gradients
+and momentum. A reducer that offers only `reduce(update, step)` gets the flat update vector and returns the flat
+direction, as before. The step makes no host synchronisation (the step count is a Python int; the reducers do not
+check for NaN: the training loop's vote does, see src/comm/base.py for what a direct user gets).
+
 Steps count from 1 (the tie rule alternates on step parity). Phases are timed into `self.timer`: `update`
 (steps 1, 3, 4), `quantize` and `communicate` (inside the reducer), and momentum sync under `communicate`.
-
 Documented behaviour: a trainable parameter whose `.grad` is None takes a zero gradient (so every rank keeps the
 same flat layout and stays in lockstep); frozen parameters (`requires_grad=False`) are left out entirely.
 Deliberate difference from the paper: none in the update; Algorithm 1's weight decay is the decoupled form of Lion.
@@ -21,13 +28,14 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 import torch
-import torch.distributed as dist
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
+from src.comm.chunked import ChunkedReducer, zero_gaps
+from src.comm.pipeline import Chunk
 from src.comm.workspace import Workspace
 from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_
-from src.optim.momentum_sync import MomentumSync
+from src.optim.momentum_sync import MomentumSync, allreduce_mean_
 from src.utils.timing import PhaseTimer
 
 
@@ -50,6 +58,7 @@ class LionCub(Optimizer):
         if not self._params:
             raise ValueError("LionCub: no trainable parameter (every parameter has requires_grad=False)")
         self._sizes = [p.numel() for p in self._params]
+        self._group_of = [i for i, g in enumerate(self.param_groups) for p in g["params"] if p.requires_grad]
         self.timer = PhaseTimer(device=self._params[0].device)
         self._workspace = Workspace()
         self.reducer = self._build_reducer(reducer)
@@ -58,6 +67,9 @@ class LionCub(Optimizer):
         names = [n for g in self.param_groups
                  for n, p in zip(g.get("param_names", [None] * len(g["params"])), g["params"]) if p.requires_grad]
         self._sync_mask = self.momentum_sync.select(names)
+        self._chunked = isinstance(self.reducer, ChunkedReducer) and all(p.is_contiguous() for p in self._params)
+        self._steps = 0
+        self._chunk_groups: dict[int, list] = {}
 
     def _build_reducer(self, reducer: str | Mapping | Reducer) -> Reducer:
         if isinstance(reducer, Reducer):
@@ -73,7 +85,7 @@ class LionCub(Optimizer):
     def _state(self, p: torch.Tensor) -> dict:
         state = self.state[p]
         if "exp_avg" not in state:
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
             state["step"] = torch.tensor(0.0)
         return state
 
@@ -86,7 +98,12 @@ class LionCub(Optimizer):
 
     @property
     def steps_done(self) -> int:
-        return int(self._state(self._params[0])["step"].item())
+        return self._steps
+
+    def buffer_bytes(self) -> int:
+        """Bytes this optimizer and its reducer keep between steps beyond parameters, gradients and momentum."""
+        reducer = self.reducer.buffer_bytes() if hasattr(self.reducer, "buffer_bytes") else 0
+        return self._workspace.nbytes() + reducer
 
     def state_dict(self) -> dict:
         out = super().state_dict()
@@ -98,15 +115,55 @@ class LionCub(Optimizer):
         reducer_state = state_dict.pop("reducer", {})
         super().load_state_dict(state_dict)
         self.reducer.load_state_dict(reducer_state)
+        first = self.state.get(self._params[0], {})
+        self._steps = int(first["step"]) if "step" in first else 0  # once, at load: not in the step
 
     # --- the step ---------------------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure=None):
         loss = evaluate_closure(closure)
-        step = self.steps_done + 1
+        step = self._steps + 1
         with self.timer.phase("update"):
             lists = [self._group_lists(g) for g in self.param_groups]
-            flat = self._update_vector(lists)
+        if self._chunked:
+            self._chunked_step(lists, step)
+        else:
+            self._flat_step(lists, step)
+        with self.timer.phase("update"):
+            torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
+        self._steps = step
+        if self.momentum_sync.due(step) and self.world_size > 1:
+            exp_avgs = [self.state[p]["exp_avg"] for p, keep in zip(self._params, self._sync_mask) if keep]
+            allreduce_mean_(exp_avgs, self.world_size, self.group, self.timer, self._workspace)
+        return loss
+
+    def _chunked_step(self, lists: list[tuple[list, list, list]], step: int) -> None:
+        """Steps 1-4 inside the reducer's pipeline (see the module docstring)."""
+        flat = [(p.view(-1), g.reshape(-1), m.view(-1)) for params, grads, exp_avgs in lists
+                for p, g, m in zip(params, grads, exp_avgs)]
+        plan = self.reducer.plan(sum(self._sizes))
+        if plan.numel not in self._chunk_groups:
+            self._chunk_groups[plan.numel] = [self._split_by_group(chunk) for chunk in plan.chunks]
+        ends = _ChunkEnds(self, flat, self._chunk_groups[plan.numel])
+        self.reducer.run(ends, ends, step, plan.numel, self._params[0].device)
+
+    def _split_by_group(self, chunk: Chunk) -> list[tuple[int, list]]:
+        by_group: dict[int, list] = {}
+        for piece in chunk.pieces:
+            by_group.setdefault(self._group_of[piece.segment], []).append(piece)
+        return sorted(by_group.items())
+
+    def _flat_step(self, lists: list[tuple[list, list, list]], step: int) -> None:
+        """Steps 1-4 around a reducer that offers only `reduce(update, step)` (flat update and direction)."""
+        with self.timer.phase("update"):
+            flat = self._workspace.get("update", sum(self._sizes), torch.float32, self._params[0].device)
+            views = iter(flat.split(self._sizes))
+            for (params, grads, exp_avgs), g in zip(lists, self.param_groups):
+                beta1 = g["betas"][0]
+                targets = [next(views).view_as(p) for p in params]
+                torch._foreach_copy_(targets, exp_avgs)
+                torch._foreach_mul_(targets, beta1)
+                torch._foreach_add_(targets, grads, alpha=1.0 - beta1)
         direction = self.reducer.reduce(flat, step)
         with self.timer.phase("update"):
             chunks = iter(direction.split(self._sizes))
@@ -114,30 +171,46 @@ class LionCub(Optimizer):
                 dirs = [next(chunks).view_as(p).to(p.dtype) for p in params]
                 apply_direction_(params, dirs, g["lr"], g["weight_decay"])
                 lion_momentum_(exp_avgs, grads, g["betas"][1])
-            for p in self._params:
-                self.state[p]["step"] += 1
-        if self.momentum_sync.due(step) and self.world_size > 1:
-            with self.timer.phase("communicate"):
-                self._sync_momentum()
-        return loss
 
-    def _update_vector(self, lists: list[tuple[list, list, list]]) -> torch.Tensor:
-        """c = beta1 * m + (1 - beta1) * g of every parameter, written into one reused flat float32 buffer."""
-        flat = self._workspace.get("update", sum(self._sizes), torch.float32, self._params[0].device)
-        views = iter(flat.split(self._sizes))
-        for (params, grads, exp_avgs), g in zip(lists, self.param_groups):
-            beta1 = g["betas"][0]
-            targets = [next(views).view_as(p) for p in params]
-            torch._foreach_copy_(targets, exp_avgs)
+
+class _ChunkEnds:
+    """Both ends of LionCub's reduction: the source of update values and the sink of directions, chunk by chunk.
+
+    values: c = beta1 m + (1 - beta1) g of the chunk's pieces, written into the reducer's scratch (zero padding
+    between layers); encoded: m <- beta2 m + (1 - beta2) g for those pieces; commit: p <- p (1 - lr wd) - lr d.
+    """
+
+    phase = "update"
+
+    def __init__(self, optimizer: LionCub, flat: list[tuple], chunk_groups: list):
+        self.groups, self.flat, self.chunk_groups = optimizer.param_groups, flat, chunk_groups
+
+    def _pieces(self, pieces: list, which: int) -> list[torch.Tensor]:
+        return [self.flat[p.segment][which][p.offset: p.offset + p.length] for p in pieces]
+
+    @staticmethod
+    def _at(tensor: torch.Tensor, pieces: list) -> list[torch.Tensor]:
+        return [tensor[p.at: p.at + p.length] for p in pieces]
+
+    def values(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
+        out = scratch[: chunk.length]
+        zero_gaps(out, chunk)
+        for index, pieces in self.chunk_groups[chunk.index]:
+            beta1 = self.groups[index]["betas"][0]
+            targets = self._at(out, pieces)
+            torch._foreach_copy_(targets, self._pieces(pieces, 2))
             torch._foreach_mul_(targets, beta1)
-            torch._foreach_add_(targets, grads, alpha=1.0 - beta1)
-        return flat
+            torch._foreach_add_(targets, self._pieces(pieces, 1), alpha=1.0 - beta1)
+        return out
 
-    def _sync_momentum(self) -> None:
-        """Average the selected momenta across ranks with one allreduce."""
-        exp_avgs = [self.state[p]["exp_avg"] for p, keep in zip(self._params, self._sync_mask) if keep]
-        flat = torch.cat([m.reshape(-1).float() for m in exp_avgs])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
-        flat.div_(self.world_size)
-        for m, chunk in zip(exp_avgs, flat.split([m.numel() for m in exp_avgs])):
-            m.copy_(chunk.view_as(m))
+    def encoded(self, chunk: Chunk) -> None:
+        for index, pieces in self.chunk_groups[chunk.index]:
+            lion_momentum_(self._pieces(pieces, 2), self._pieces(pieces, 1), self.groups[index]["betas"][1])
+
+    def target(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
+        return scratch[: chunk.length]
+
+    def commit(self, chunk: Chunk, written: torch.Tensor) -> None:
+        for index, pieces in self.chunk_groups[chunk.index]:
+            group = self.groups[index]
+            apply_direction_(self._pieces(pieces, 0), self._at(written, pieces), group["lr"], group["weight_decay"])

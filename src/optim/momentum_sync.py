@@ -8,6 +8,10 @@ Layer classes are found from parameter names:
 A tied tensor (GPT's `wte` = `lm_head`) carries all its names joined by commas (see `named_parameters_with_aliases`)
 and belongs to every class one of its names belongs to. A class that matches no parameter is an error naming it,
 never a silent no-op.
+
+`allreduce_mean_` averages the chosen momenta in place with pipelined SUM allreduces of chunk-sized float32
+buffers (src/comm/pipeline.py): no flat copy of all momenta, no Python loop of kernels over the tensors. The
+buffers are released after each synchronisation (it runs every k steps: they are not kept through the others).
 """
 from __future__ import annotations
 
@@ -16,7 +20,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
+import torch.distributed as dist
 
+from src.comm.pipeline import ChunkPlan, run_pipeline
+
+SYNC_CHUNK = 1 << 21
 LAYER_CLASSES = ("none", "all", "embed", "head", "embed_head", "mlp", "attn")
 
 _PATTERNS = {
@@ -95,3 +103,26 @@ class MomentumSync:
                              f"{', '.join(missing)} (recognised by names like {_PATTERNS[missing[0]].pattern!r}); "
                              f"its parameters are e.g. {', '.join(list(names)[:4])}")
         return mask
+
+
+def allreduce_mean_(tensors: list[torch.Tensor], world_size: int, group, timer, workspace,
+                    chunk: int = SYNC_CHUNK) -> None:
+    """Average contiguous float `tensors` across the ranks of `group`, in place, chunk by chunk."""
+    if not tensors:
+        return
+    flat = [t.view(-1) for t in tensors]
+    plan = ChunkPlan([t.numel() for t in flat], chunk, align=1)
+
+    def stages(piece_chunk, slot):
+        buffer = workspace.get(f"sync{slot}", plan.chunk, torch.float32, flat[0].device)[: piece_chunk.length]
+        held = [flat[p.segment][p.offset: p.offset + p.length] for p in piece_chunk.pieces]
+        staged = [buffer[p.at: p.at + p.length] for p in piece_chunk.pieces]
+        with timer.phase("communicate"):
+            torch._foreach_copy_(staged, held)
+        yield dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=group, async_op=True)
+        with timer.phase("communicate"):
+            buffer.div_(world_size)
+            torch._foreach_copy_(held, staged)
+
+    run_pipeline(plan.chunks, stages, timer)
+    workspace.release("sync")

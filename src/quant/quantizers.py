@@ -17,13 +17,16 @@ Methods:
   The codes are monotone in x, so sign statistics and majority votes are meaningful; sums of log codes are not
   proportional to sums of values (a deliberate simplification: the paper only reports this variant's sign rates).
 
-Rounding is round-half-to-even (torch.round). Inputs must be finite: the reducers check that before quantizing.
+Rounding is round-half-to-even (torch.round). Inputs should be finite; a NaN gives code 0. The per-segment scales
+are computed with no loop over segments (src/quant/blocks.py, which the reducers' fused encoders share).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
+
+from src.quant.blocks import BLOCK, BlockLayout, block_stats, quantize_blocks, segment_inverse
 
 METHODS = ("sign", "l1", "linf", "linf_nozero", "log")
 
@@ -42,57 +45,21 @@ def check_method(method: str, levels: int) -> None:
         raise ValueError(f"quantize: method 'sign' has exactly one level per side; got levels={levels}")
 
 
-def _pieces(numel: int, segments: Sequence[int] | None) -> list[tuple[int, int]]:
-    """(start, length) of each segment; one piece covering everything without segments."""
-    if segments is None:
-        return [(0, numel)]
-    if sum(segments) != numel:
-        raise ValueError(f"quantize: segments sum to {sum(segments)} but the vector has {numel} elements")
-    starts, offset = [], 0
-    for length in segments:
-        starts.append((offset, int(length)))
-        offset += int(length)
-    return starts
-
-
-def _inverse(stat: torch.Tensor, numerator: float) -> torch.Tensor:
-    """numerator / stat as a 0-dim tensor, 0 where stat == 0 (an all-zero segment quantizes to zeros)."""
-    return torch.where(stat > 0, numerator / stat.clamp(min=torch.finfo(stat.dtype).tiny), torch.zeros_like(stat))
-
-
-def _quantize_piece(x: torch.Tensor, method: str, levels: int, noise: torch.Tensor | None) -> torch.Tensor:
-    """Float codes of one segment (the scale is this segment's own)."""
-    x_abs = x.abs()
-    if method == "l1":
-        return torch.round(x * _inverse(x_abs.mean(), levels / 2.0)).clamp_(-levels, levels)
-    if method in ("linf", "linf_nozero"):
-        y = x * _inverse(x_abs.max(), float(levels))
-        floor = torch.floor(y)
-        q = floor.add_((noise < (y - floor)).to(y.dtype)).clamp_(-levels, levels)
-        if method == "linf_nozero":
-            q = torch.where((q == 0) & (x != 0), torch.sign(x), q)
-        return q
-    # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
-    rel = (x_abs * _inverse(x_abs.max(), 1.0)).clamp_(min=torch.finfo(torch.float32).tiny)
-    k = torch.round(torch.log2(rel)).add_(levels).clamp_(0, levels)
-    return torch.sign(x) * k
-
-
 def quantize(x: torch.Tensor, method: str, levels: int = 1, generator: torch.Generator | None = None,
              segments: Sequence[int] | None = None) -> torch.Tensor:
     """Quantize a flat float tensor to integers in [-levels, levels] (see the module docstring)."""
     check_method(method, levels)
     x = x.reshape(-1).float()
     dtype = _int_dtype(levels)
-    pieces = _pieces(x.numel(), segments)
+    layout = BlockLayout(segments, x.numel())
     if method == "sign":
         return torch.sign(x).to(dtype)
     noise = None
     if method in ("linf", "linf_nozero"):
         noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-    out = torch.empty(x.numel(), dtype=dtype, device=x.device)
-    for start, length in pieces:
-        if length:
-            piece_noise = None if noise is None else noise[start:start + length]
-            out[start:start + length] = _quantize_piece(x[start:start + length], method, levels, piece_noise)
-    return out
+        noise = layout.pad(noise).view(-1, BLOCK)
+    blocks = layout.pad(x).view(-1, BLOCK)
+    segment_of_block, blocks_per_segment, sizes = layout.tensors(x.device)
+    inverse = segment_inverse(block_stats(blocks, method), blocks_per_segment, sizes, method, levels)
+    codes = quantize_blocks(blocks, inverse[segment_of_block], method, levels, noise)
+    return layout.unpad(codes.view(-1)).to(dtype)

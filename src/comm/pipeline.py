@@ -1,0 +1,127 @@
+"""Chunked, pipelined reductions: encoding and decoding hidden behind the wire (Lion Cub, Section 6).
+
+A reducer cuts its flat vector into chunks (`ChunkPlan`) and runs each chunk as a generator of stages: encode and
+launch an asynchronous collective (`async_op=True`), yield its work handle; after the collective, maybe a second
+one (the 1-bit all-to-all is followed by an allgather); then decode. `run_pipeline` keeps at most `depth`
+collectives outstanding and waits for the oldest first, so with depth 2 encoding chunk k+1 and decoding chunk k-1
+overlap the wire time of chunk k; each chunk in flight owns one of `depth` buffer slots. The order of the
+collectives is the same on every rank (it depends only on the plan), as torch.distributed requires. Time spent
+waiting for a collective is the `communicate` phase; encoding and decoding are `quantize`.
+
+Layout: segments (the parameter tensors) sit in a padded vector (`src.quant.blocks.BlockLayout`; block 1 means no
+padding), whose length is rounded up to `align` (whole words, whole blocks per field plane, or whole bytes per rank
+for the 1-bit all-to-all). A `Chunk` is a range of that padded vector with the `pieces` of segments it holds; a
+chunk without padding is `plain`: a view of the caller's flat vector does, no copy.
+A later overlap of communication with the next step's computation can keep the per-chunk generators alive across
+the step boundary and finish them chunk by chunk (every chunk carries its own state and buffers).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Generator, Sequence
+
+from src.quant.blocks import BlockLayout
+
+PIPELINE_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class Piece:
+    """`length` valid elements of `segment`, from `offset` in the segment, at `at` in the chunk; `flat` is where
+    they start in the unpadded flat vector."""
+    segment: int
+    offset: int
+    length: int
+    at: int
+    flat: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    start: int                   # in the padded vector
+    length: int                  # a multiple of the plan's alignment
+    pieces: tuple[Piece, ...]
+    plain: bool                  # no padding in it: the chunk is one contiguous slice of the unpadded vector
+    gaps: tuple[tuple[int, int], ...] = ()  # the padding: (start, end) in the chunk of what no piece covers
+
+    @property
+    def flat(self) -> int:
+        """Where a plain chunk starts in the unpadded vector."""
+        return self.pieces[0].flat
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class ChunkPlan:
+    """The chunks of a flat vector of `sum(sizes)` elements cut into segments `sizes`."""
+
+    def __init__(self, sizes: Sequence[int], chunk: int, align: int, block: int = 1):
+        self.layout = BlockLayout(list(sizes), sum(sizes), block)
+        self.numel, self.align = self.layout.numel, align
+        self.padded_numel = _round_up(max(self.layout.padded_numel, 1), align)
+        self.chunk = max(align, _round_up(min(chunk, self.padded_numel), align)) if chunk > 0 else self.padded_numel
+        self.chunks = [self._chunk(i, start, min(self.chunk, self.padded_numel - start))
+                       for i, start in enumerate(range(0, self.padded_numel, self.chunk))]
+
+    def _chunk(self, index: int, start: int, length: int) -> Chunk:
+        starts = self.layout.starts
+        pieces = tuple(Piece(s, offset, n, at, starts[s] + offset)
+                       for s, offset, n, at in self.layout.pieces(start, start + length))
+        at, flat = 0, pieces[0].flat if pieces else 0
+        for piece in pieces:
+            if piece.at != at or piece.flat != flat:
+                break
+            at, flat = at + piece.length, flat + piece.length
+        ends = [0] + [p.at + p.length for p in pieces]
+        starts = [p.at for p in pieces] + [length]
+        gaps = tuple((a, b) for a, b in zip(ends, starts) if b > a)
+        return Chunk(index, start, length, pieces, plain=bool(pieces) and at == length, gaps=gaps)
+
+
+class Works:
+    """Several work handles waited on as one (point-to-point sends and receives of one stage)."""
+
+    def __init__(self, works: list):
+        self.works = works
+
+    def wait(self) -> bool:
+        for work in self.works:
+            work.wait()
+        return True
+
+
+Stages = Generator[object, None, None]
+
+
+def run_pipeline(chunks: Sequence[Chunk], start: Callable[[Chunk, int], Stages], timer,
+                 depth: int = PIPELINE_DEPTH) -> None:
+    """Run `start(chunk, slot)` for every chunk, keeping at most `depth` collectives outstanding (see above)."""
+    free = list(range(depth - 1, -1, -1))  # a chunk is started only when fewer than `depth` are in flight
+    outstanding: deque = deque()  # (stages, slot, work), in the order the works were launched
+
+    def finish_oldest() -> None:
+        stages, slot, work = outstanding.popleft()
+        with timer.phase("communicate"):
+            work.wait()
+        following = next(stages, None)
+        if following is None:
+            free.append(slot)
+        else:
+            outstanding.append((stages, slot, following))
+
+    for chunk in chunks:
+        while not free or len(outstanding) >= depth:
+            finish_oldest()
+        slot = free.pop()
+        stages = start(chunk, slot)
+        work = next(stages, None)
+        if work is None:
+            free.append(slot)
+        else:
+            outstanding.append((stages, slot, work))
+    while outstanding:
+        finish_oldest()

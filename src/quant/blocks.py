@@ -1,0 +1,155 @@
+"""Per-segment (per-layer) quantization scales without a Python loop over segments (Lion Cub, Section 4.2).
+
+A flat update vector is cut into segments (the parameter tensors). Each segment is laid out at a multiple of
+`BLOCK` elements and zero-padded to one (`BlockLayout`), so that every block of `BLOCK` elements belongs to one
+segment. Then, with one pass and no loop over segments:
+- `block_stats`: per block, sum |x| (`l1`) or max |x| (the others), one row reduction of a [blocks, BLOCK] view;
+- `segment_inverse`: per segment, the inverse scale, from its blocks' statistics with one `segment_reduce`
+  (sums accumulate in float64, in block order: deterministic, and the same whether the blocks were computed all at
+  once or chunk by chunk, as the pipelined reducers do);
+- `quantize_blocks`: the codes of a [blocks, BLOCK] view, each block scaled by its segment's inverse scale.
+`src.quant.quantize` (the reference) and the reducers' fused encoders (`src.comm.codec`) share these functions, so
+their codes are the same bit for bit. Zero padding adds nothing to a sum or a maximum.
+
+Deliberate difference from a plain mean: the segment mean |x| is summed per block in float32, then across blocks in
+float64 (a fixed order); torch's `mean` sums in another order, so the last bit of a scale may differ from it.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Sequence
+
+import torch
+
+BLOCK = 128
+STATS_SLICE = 1 << 16  # elements per pass of block_stats' scratch buffer (fits a core's L2 cache)
+SCALED_METHODS = ("l1", "linf", "linf_nozero", "log")
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+class BlockLayout:
+    """Segments of a flat vector of `numel` elements, each placed at a multiple of `block` (zero padding between;
+    `block=1` is the plain, unpadded layout)."""
+
+    def __init__(self, segments: Sequence[int] | None, numel: int, block: int = BLOCK):
+        sizes = [int(numel)] if segments is None else [int(s) for s in segments]
+        if sum(sizes) != numel:
+            raise ValueError(f"quantize: segments sum to {sum(sizes)} but the vector has {numel} elements")
+        self.sizes, self.numel, self.block = sizes, numel, block
+        self.blocks = [_round_up(n, block) // block for n in sizes]
+        self.starts, self.padded_starts = [], []
+        start = padded = 0
+        for n, b in zip(sizes, self.blocks):
+            self.starts.append(start)
+            self.padded_starts.append(padded)
+            start, padded = start + n, padded + b * block
+        self.padded_numel = padded
+        self.nblocks = padded // block
+
+    def tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(segment of every block [nblocks] int64, blocks per segment [nseg] int64, sizes [nseg] float64); not
+        kept: a caller that wants them across calls keeps them."""
+        device = torch.device(device)
+        blocks = torch.tensor(self.blocks, dtype=torch.int64, device=device)
+        segment_of_block = torch.repeat_interleave(torch.arange(len(self.sizes), device=device), blocks,
+                                                   output_size=self.nblocks)
+        sizes = torch.tensor(self.sizes, dtype=torch.float64, device=device)
+        return segment_of_block, blocks, sizes
+
+    def segments_between(self, start: int, end: int) -> range:
+        """Indices of the segments whose padded range meets the padded range [start, end)."""
+        first = bisect.bisect_right(self.padded_starts, start) - 1
+        last = bisect.bisect_left(self.padded_starts, end)
+        return range(max(first, 0), max(last, 0))
+
+    def pieces(self, start: int, end: int) -> list[tuple[int, int, int, int]]:
+        """The valid elements of the padded range [start, end): (segment, offset in segment, length, offset in
+        the range) for every segment that has some there."""
+        out = []
+        for s in self.segments_between(start, end):
+            lo = max(start, self.padded_starts[s])
+            hi = min(end, self.padded_starts[s] + self.sizes[s])
+            if hi > lo:
+                out.append((s, lo - self.padded_starts[s], hi - lo, lo - start))
+        return out
+
+    def _copy(self, flat: torch.Tensor, padded: torch.Tensor, to_padded: bool) -> None:
+        """Copy every segment between the flat vector and the padded one (one foreach call)."""
+        pieces = self.pieces(0, self.padded_numel)
+        flat_views = [flat[self.starts[s] + o: self.starts[s] + o + n] for s, o, n, _ in pieces]
+        padded_views = [padded[at: at + n] for _, _, n, at in pieces]
+        if pieces:
+            torch._foreach_copy_(*((padded_views, flat_views) if to_padded else (flat_views, padded_views)))
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """A zero-padded copy of the flat vector `x` in this layout."""
+        padded = torch.zeros(self.padded_numel, dtype=x.dtype, device=x.device)
+        self._copy(x, padded, to_padded=True)
+        return padded
+
+    def unpad(self, padded: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(self.numel, dtype=padded.dtype, device=padded.device)
+        self._copy(out, padded, to_padded=False)
+        return out
+
+
+def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = None,
+                buffer: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1`, max |x| for the other scaled methods.
+
+    With `out` ([n]) and `buffer` (at least STATS_SLICE floats) it works through the rows a slice at a time in that
+    small buffer, allocating nothing; every row's result is the same either way (rows are reduced one by one).
+    """
+    reduce = torch.sum if method == "l1" else torch.amax
+    if out is None or buffer is None:
+        return reduce(blocks.abs(), dim=1)
+    rows = STATS_SLICE // BLOCK
+    for first in range(0, blocks.shape[0], rows):
+        part = blocks[first: first + rows]
+        magnitude = torch.abs(part, out=buffer[: part.numel()].view_as(part))
+        reduce(magnitude, dim=1, out=out[first: first + part.shape[0]])
+    return out
+
+
+def _inverse(stat: torch.Tensor, numerator: float) -> torch.Tensor:
+    """numerator / stat, 0 where stat is 0 (an all-zero segment quantizes to zeros) or not a number."""
+    return torch.where(stat > 0, numerator / stat.clamp(min=torch.finfo(stat.dtype).tiny), torch.zeros_like(stat))
+
+
+def segment_inverse(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes: torch.Tensor, method: str,
+                    levels: int) -> torch.Tensor:
+    """Per segment, the float32 multiplier that maps its values onto [-levels, levels] (see quantize_blocks).
+
+    `stats` are `block_stats` of consecutive blocks, `blocks_per_segment` how many of them each segment has.
+    - l1: levels / (2 mean|x|); linf, linf_nozero: levels / max|x|; log: 1 / max|x|.
+    """
+    if method == "l1":
+        sums = torch.segment_reduce(stats.double(), "sum", lengths=blocks_per_segment, unsafe=True)
+        return _inverse((sums / sizes).float(), levels / 2.0)
+    largest = torch.segment_reduce(stats, "max", lengths=blocks_per_segment, unsafe=True, initial=0.0)
+    return _inverse(largest, 1.0 if method == "log" else float(levels))
+
+
+def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, levels: int,
+                    noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Float codes in [-levels, levels] of a [..., BLOCK] view of blocks, block i scaled by inverse[i] (`inverse`
+    has the view's leading shape; see src.quant).
+
+    A NaN input gives code 0 (the reducers send well-defined codes even for input they were told not to check).
+    """
+    x = blocks
+    y = x * inverse.unsqueeze(-1)
+    if method == "l1":
+        q = torch.round(y).clamp(-levels, levels)
+    elif method in ("linf", "linf_nozero"):
+        floor = torch.floor(y)
+        q = (floor + (noise < (y - floor)).to(y.dtype)).clamp(-levels, levels)
+        if method == "linf_nozero":
+            q = torch.where((q == 0) & (x != 0), torch.sign(x), q)
+    else:  # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
+        rel = y.abs().clamp(min=torch.finfo(torch.float32).tiny)
+        q = torch.sign(x) * (torch.round(torch.log2(rel)) + levels).clamp(0, levels)
+    return torch.where(q == q, q, torch.zeros_like(q))  # q != q only for NaN

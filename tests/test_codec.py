@@ -1,0 +1,162 @@
+"""The fused encoders and decoders (src/comm/codec.py): compiled (torch.compile, inductor's C++ on this CPU) and
+eager give the same words and directions bit for bit, on random and adversarial vectors (zeros, -0.0, exact ties,
+huge, tiny and subnormal values, infinities, NaN), every field width, and lengths that are not powers of two.
+
+The first test is fast (two compilations); the full matrix compiles dozens of kernels and is marked slow, as are the
+end-to-end comparisons of reducers and LionCub on 1 to 4 real gloo ranks (odd lengths, several chunks).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._inductor.config
+import torch.distributed as tdist
+
+from src.comm import codec, make_reducer
+from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
+from src.quant.blocks import BLOCK, block_stats, segment_inverse
+
+
+def adversarial(numel: int, seed: int) -> torch.Tensor:
+    """Blocks of Gaussians at scales spread over 60 decades, with runs of zeros, -0.0, +-1 ties, halves, subnormals;
+    the last quarter also holds extremes, infinities and NaN (in a segment of its own: see `_inverse`)."""
+    g = torch.Generator().manual_seed(seed)
+    blocks = -(-numel // BLOCK)
+    scale = torch.pow(10.0, torch.randint(-30, 30, (blocks,), generator=g).float()).repeat_interleave(BLOCK)
+    x = torch.randn(numel, generator=g) * scale[:numel]
+    ties = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, 1e-45, -1e-45, 1.2e-38])
+    idx = torch.randint(0, numel, (numel // 4,), generator=g)
+    x[idx] = ties[torch.randint(0, len(ties), (len(idx),), generator=g)]
+    x[: numel // 9] = 0.0  # a run of zeros: all-zero blocks
+    extremes = torch.tensor([3.4e38, -3.4e38, float("inf"), -float("inf"), float("nan")])
+    idx = torch.randint(3 * numel // 4, numel, (numel // 50 + 1,), generator=g)
+    x[idx] = extremes[torch.randint(0, len(extremes), (len(idx),), generator=g)]
+    return x
+
+
+def both(fn, *args, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(eager result, compiled result) of a codec kernel writing into a buffer like `out`."""
+    eager, compiled = torch.empty_like(out), torch.empty_like(out)
+    fn(eager, *args)
+    runner = codec.kernel(fn, True)
+    runner(compiled, *args)
+    assert runner.compiled is not None, f"{fn.__name__} fell back to eager: the comparison would prove nothing"
+    return eager, compiled
+
+
+def _inverse(x: torch.Tensor, method: str, levels: int) -> torch.Tensor:
+    """Per block, the inverse scale of its segment: four segments (quarters), as per-layer scales are."""
+    blocks = x.view(-1, BLOCK)
+    n = blocks.shape[0]
+    lengths = torch.tensor([n // 4, n // 4, n // 4, n - 3 * (n // 4)])
+    sizes = lengths.double() * BLOCK
+    per_segment = segment_inverse(block_stats(blocks, method), lengths, sizes, method, levels)
+    return per_segment[torch.repeat_interleave(torch.arange(4), lengths)]
+
+
+def equal_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.view(torch.int32) if a.dtype == torch.float32 else a,
+                       b.view(torch.int32) if b.dtype == torch.float32 else b)
+
+
+def test_compiled_and_eager_l1_encode_and_decode_are_bitwise_equal():
+    """Fast: L1 codes (per-block scales, round half to even, NaN -> level 0) packed two to a byte, and the decode
+    of 16-bit field sums, on adversarial values: the compiled packing (`fold`'s other form) and unpacking included."""
+    torch._inductor.config.compile_threads = 1  # no pool of compile workers for two kernels
+    x = adversarial(2 * BLOCK * 11, seed=0)  # 22 blocks, two segments
+    inverse = _inverse(x, "l1", 7)
+    eager, compiled = both(codec.encode_levels, x, inverse, None, "l1", 7, 4,
+                           out=torch.empty(x.numel() // 2, dtype=torch.uint8))
+    assert torch.equal(eager, compiled)
+    codes = torch.stack([eager & 15, eager >> 4]).view(-1).to(torch.int32)
+    assert int(codes.max()) <= 14 and (codes == 7).any() and len(codes.unique()) >= 10
+    summed = codes * 3  # three ranks' worth of field sums, as 16-bit fields would carry them
+    words = (summed.view(2, -1)[0] + summed.view(2, -1)[1] * 65536).to(torch.int32)
+    for majority in (True, False):
+        eager, compiled = both(codec.decode_sums, words, 16, 21.0, False, majority, 21.0,
+                               out=torch.empty(x.numel()))
+        assert equal_bits(eager, compiled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits", FIELD_WIDTHS)
+def test_compiled_and_eager_votes_are_bitwise_equal_at_every_width(bits):
+    k = fields_per_word(bits)
+    x = adversarial(k * 301, seed=bits)
+    for positive in (True, False):
+        eager, compiled = both(codec.encode_votes, x, positive, bits, out=torch.empty(301, dtype=word_dtype(bits)))
+        assert torch.equal(eager, compiled)
+    world = min(field_max(bits), 9)
+    g = torch.Generator().manual_seed(bits)
+    sums = torch.randint(0, world + 1, (k * 301,), generator=g, dtype=torch.int32).view(k, -1)
+    words = sum(sums[j] << (bits * j) for j in range(k)).to(word_dtype(bits))
+    for votes, majority in ((True, True), (True, False), (False, True)):
+        eager, compiled = both(codec.decode_sums, words, bits, world / 2, votes, majority, float(world),
+                               out=torch.empty(k * 301))
+        assert equal_bits(eager, compiled)
+    eager, compiled = both(codec.encode_signs, x, bits, out=torch.empty(301, dtype=word_dtype(bits)))
+    assert torch.equal(eager, compiled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,levels,bits", [("l1", 15, 8), ("l1", 7, 16), ("l1", 1, 2), ("linf", 7, 8),
+                                                ("linf_nozero", 3, 4), ("log", 7, 16)])
+def test_compiled_and_eager_levels_are_bitwise_equal(method, levels, bits):
+    k = fields_per_word(bits)
+    x = adversarial(k * BLOCK * 5, seed=levels)
+    inverse = _inverse(x, method, levels)
+    noise = torch.rand(x.numel(), generator=torch.Generator().manual_seed(1)) if "linf" in method else None
+    eager, compiled = both(codec.encode_levels, x, inverse, noise, method, levels, bits,
+                           out=torch.empty(x.numel() // k, dtype=word_dtype(bits)))
+    assert torch.equal(eager, compiled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_compiled_and_eager_one_bit_kernels_are_bitwise_equal(world_size):
+    g = torch.Generator().manual_seed(world_size)
+    received = torch.randint(0, 256, (world_size * 37,), generator=g, dtype=torch.uint8)
+    for positive in (True, False):
+        eager, compiled = both(codec.majority_1bit, received, world_size, positive,
+                               out=torch.empty(37, dtype=torch.uint8))
+        assert torch.equal(eager, compiled)
+    eager, compiled = both(codec.decode_signs_1bit, received, out=torch.empty(received.numel() * 8))
+    assert equal_bits(eager, compiled)
+    x = adversarial(1000, seed=world_size)
+    for dtype in (torch.float32, torch.bfloat16):
+        eager, compiled = both(codec.encode_cast, x, out=torch.empty(1000, dtype=dtype))
+        assert torch.equal(eager.view(torch.int16) if dtype == torch.bfloat16 else eager.view(torch.int32),
+                           compiled.view(torch.int16) if dtype == torch.bfloat16 else compiled.view(torch.int32))
+        eager, compiled = both(codec.decode_sign, eager, out=torch.empty(1000))
+        assert equal_bits(eager, compiled)
+
+
+REDUCERS = [("pbit", dict(quant="sign", bits=4)), ("pbit", dict(quant="l1", levels=15, bits=8)),
+            ("pbit", dict(quant="l1", levels=15, bits=16, vote="average")),
+            ("pbit", dict(quant="linf", levels=3, bits=4, seed=2)), ("pbit", dict(quant="sign", zeros="keep", bits=2)),
+            ("onebit", {}), ("ps_tree", dict(quant="log", levels=7, bits=8)), ("ps_naive", dict(bits=4)),
+            ("fp32", {}), ("bf16", {})]
+
+
+def _reduce_both_ways(name: str, options: dict, numel: int, step: int):
+    rank = tdist.get_rank()
+    x = adversarial(numel, seed=100 + rank)
+    x[~torch.isfinite(x)] = 0.0  # fp32/bf16 sums of infinities are NaN: keep the comparison about the codecs
+    segments = [numel // 3, numel - numel // 3 - 5, 5]
+    results = []
+    for compiled in (False, True):
+        reducer = make_reducer(name, segments=segments, chunk=256, compile=compiled, **options)
+        results.append(reducer.reduce(x, step).clone())
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_reducers_give_the_same_direction_compiled_and_eager(dist, world_size):
+    """Whole reductions (several chunks, odd lengths, per-layer scales, every reducer) on real gloo ranks."""
+    for name, options in REDUCERS:
+        for numel, step in ((1003, 1), (2 * 1024 + 7, 2)):
+            outs = dist(world_size, _reduce_both_ways, name, options, numel, step)
+            for eager, compiled in outs:
+                assert equal_bits(eager, compiled), f"{name} {options} numel={numel} world_size={world_size}"
+            assert all(torch.equal(outs[0][0], o[0]) for o in outs), "every rank holds the same direction"
