@@ -7,10 +7,18 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 |------------|-------------------------------------------------------------|------------------------------------------|
 | `pbit`     | uint8 SUM allreduce of packed low-bit sums                  | quant, levels, bits, vote, zeros, seed   |
 | `onebit`   | all-to-all + local majority + allgather, 1 bit each way     | zeros                                    |
-| `ps_naive` | parameter server, point-to-point                            | as pbit                                  |
-| `ps_tree`  | parameter server, gather + broadcast                        | as pbit                                  |
+| `ps_naive` | parameter server, point-to-point; `bits`-wide fields up and down, exact sum | as pbit                  |
+| `ps_tree`  | parameter server, gather + broadcast; `bits`-wide fields up and down, exact sum | as pbit              |
 | `fp32`     | allreduce of raw updates in float32, then sign              | vote                                     |
 | `bf16`     | allreduce of raw updates in bfloat16, then sign             | vote                                     |
+| `dlion_naive` | Distributed Lion: 1-bit votes up, 1-bit majority or log2(N)+1-bit count down, point-to-point | vote, zeros |
+| `dlion_tree`  | Distributed Lion, as dlion_naive over gather + broadcast                  | vote, zeros                |
+| `dlion_allgather` | Distributed Lion without a server: allgather of 1-bit votes, local vote | vote, zeros              |
+| `compressed_allreduce` | 1-bit Adam's error-compensated 1-bit all-to-all + allgather with scales | (none)             |
+| `bitdp`    | BitDP: channel-scaled 1/2-bit codes allgathered, summed locally; scales allreduced | bits, threshold, rows, row_size |
+
+`ps_naive`/`ps_tree` are the parameter servers of the Lion Cub paper's Table 1 carrying our packed p-bit encoding
+(the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/dlion.py).
 
 Every reducer also takes `world_size`/`rank` (to plan without a process group), `segments` (per-layer scales),
 `check_finite` and `timer`.
@@ -20,10 +28,13 @@ from __future__ import annotations
 import inspect
 
 from src.comm.base import NonFiniteUpdateError, Reducer, tie_value
+from src.comm.compressed_allreduce import CompressedAllreduce
+from src.comm.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
 from src.comm.full_precision import FullPrecisionReducer
 from src.comm.onebit import OneBitReducer
 from src.comm.param_server import NaiveParameterServer, TreeParameterServer
 from src.comm.pbit import PBitReducer, largest_world_size
+from src.comm.ultra_low_bit import UltraLowBitAllreduce
 
 REDUCERS = {
     "pbit": PBitReducer,
@@ -32,6 +43,11 @@ REDUCERS = {
     "ps_tree": TreeParameterServer,
     "fp32": FullPrecisionReducer,
     "bf16": FullPrecisionReducer,
+    "dlion_naive": NaiveDistributedLion,
+    "dlion_tree": TreeDistributedLion,
+    "dlion_allgather": AllgatherDistributedLion,
+    "compressed_allreduce": CompressedAllreduce,
+    "bitdp": UltraLowBitAllreduce,
 }
 
 
