@@ -11,12 +11,11 @@
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.distributed as tdist
 
+from baseline_reference import CompressedAllreduceReference
 from device_double import HostMonitor, watch_collectives
 from src.comm import make_reducer
 from src.comm.cost_model import cost
@@ -133,35 +132,11 @@ def _run_compressed(numel: int, steps: int, restart_at: int | None):
 
 
 def compressed_reference(world_size: int, numel: int, steps: int):
-    """Algorithm 1 lines 6-11 with C(x) = ||x|| / sqrt(n) * sign(x) (sign(0) = +1), errors kept per rank."""
-    padded = -(-numel // (8 * world_size)) * 8 * world_size
-    chunk = padded // world_size
-    worker_err = [torch.zeros(numel) for _ in range(world_size)]
-    server_err = [torch.zeros(chunk) for _ in range(world_size)]
-
-    def compress(x):
-        s = torch.linalg.vector_norm(x) / math.sqrt(x.numel())
-        return s * torch.where(x >= 0, 1.0, -1.0)
-
+    reference = CompressedAllreduceReference(world_size, numel)
     outputs = []
     for step in range(1, steps + 1):
-        hats = []
-        for i in range(world_size):
-            x = momentum_for(i, numel, step) + worker_err[i]
-            hat = compress(x)
-            worker_err[i] = x - hat
-            hats.append(torch.cat([hat, torch.zeros(padded - numel)]))
-        result = torch.zeros(padded)
-        for j in range(world_size):
-            real = max(0, min(chunk, numel - j * chunk))
-            total = torch.zeros(chunk)
-            for i in range(world_size):
-                total = total + hats[i][j * chunk:(j + 1) * chunk]
-            y = (total / world_size + server_err[j])[:real]
-            bar_m = compress(y) if real else y
-            server_err[j][:real] = y - bar_m
-            result[j * chunk:j * chunk + real] = bar_m
-        outputs.append((result[:numel], [e.clone() for e in worker_err], [e.clone() for e in server_err]))
+        result = reference([momentum_for(i, numel, step) for i in range(world_size)])
+        outputs.append((result, [e.clone() for e in reference.worker_err], [e.clone() for e in reference.server_err]))
     return outputs
 
 

@@ -1,0 +1,42 @@
+"""Plain single-process references of the neighbouring papers' equations, shared by the baseline tests."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def compress(x: torch.Tensor) -> torch.Tensor:
+    """1-bit Adam's C(x) (Section 4.3): ||x|| / sqrt(n) * sign(x), the sign of 0 being +1."""
+    s = torch.linalg.vector_norm(x) / math.sqrt(x.numel())
+    return s * torch.where(x >= 0, 1.0, -1.0)
+
+
+class CompressedAllreduceReference:
+    """1-bit Adam, Algorithm 1 lines 6-11: a worker error per rank, a server error per chunk (chunk j on rank j)."""
+
+    def __init__(self, world_size: int, numel: int):
+        self.world_size, self.numel = world_size, numel
+        self.padded = -(-numel // (8 * world_size)) * 8 * world_size
+        self.chunk = self.padded // world_size
+        self.worker_err = [torch.zeros(numel) for _ in range(world_size)]
+        self.server_err = [torch.zeros(self.chunk) for _ in range(world_size)]
+
+    def __call__(self, momenta: list[torch.Tensor]) -> torch.Tensor:
+        hats = []
+        for i, m in enumerate(momenta):
+            x = m + self.worker_err[i]
+            hat = compress(x)
+            self.worker_err[i] = x - hat
+            hats.append(torch.cat([hat, torch.zeros(self.padded - self.numel)]))
+        result, c = torch.zeros(self.padded), self.chunk
+        for j in range(self.world_size):
+            real = max(0, min(c, self.numel - j * c))
+            total = torch.zeros(c)
+            for hat in hats:
+                total = total + hat[j * c:(j + 1) * c]
+            y = (total / self.world_size + self.server_err[j])[:real]
+            bar_m = compress(y) if real else y
+            self.server_err[j][:real] = y - bar_m
+            result[j * c:j * c + real] = bar_m
+        return result[:self.numel]
