@@ -36,3 +36,11 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 .PHONY: table-a1
 table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
+
+.PHONY: table-a1-baselines
+table-a1-baselines: install  ## as table-a1 for Lion 32-bit, Lion Cub 4-bit and the baselines (DDP, AdamW, 1-bit Adam, BitDP, D-Lion)
+	$(PYTHON) -m experiments.table_a1 --out results/table_a1_baselines --variants lion32 cub4 --with-baselines
+
+.PHONY: baselines
+baselines: install  ## loss vs step/time and bytes per step: Lion 32-bit, Lion Cub 4-bit, 1-bit Adam, BitDP 2-bit, DDP AdamW (emulated 1 Gbit/s, root)
+	$(PYTHON) -m experiments.baselines --out results/baselines

@@ -20,13 +20,17 @@ from pathlib import Path
 from analysis.fig10 import with_speedup, write
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1")
+# The neighbouring systems (issue 12), added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
+# in its compression stage (its Adam warm-up is the adamw32 row), so it switches after the first step.
+BASELINE_VARIANTS = ("ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "dlion_mavo")
+VARIANT_OVERRIDES = {"onebit_adam": ["variant.adam_warmup_steps=1"]}
 MODEL = ["model=gpt_mini", "model.params.n_embd=512", "model.params.n_head=8"]
 
 
 def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -> list[str]:
-    return ["+exp=demo", *MODEL, f"variant={variant}", f"train.steps={steps}", "train.timing_skip=2",
-            "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1", "train.progress=false",
-            "checkpoint.every=0", f"run.dir={run_dir}", *extra]
+    return ["+exp=demo", *MODEL, f"variant={variant}", *VARIANT_OVERRIDES.get(variant, []), f"train.steps={steps}",
+            "train.timing_skip=2", "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1",
+            "train.progress=false", "checkpoint.every=0", f"run.dir={run_dir}", *extra]
 
 
 def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str]) -> Path:
@@ -54,9 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", nargs="+", default=["1gbit", "none"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--with-baselines", action="store_true", help=f"add {', '.join(BASELINE_VARIANTS)}")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     out = Path(args.out)
-    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in args.variants]
+    variants = args.variants + [v for v in BASELINE_VARIANTS if args.with_baselines and v not in args.variants]
+    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in variants]
     paths = write(with_speedup(run_dirs), out)
     print((out / "table_a1.md").read_text())
     print(f"[table_a1] wrote {', '.join(str(p) for p in paths.values())}")

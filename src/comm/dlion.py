@@ -168,10 +168,11 @@ class NaiveDistributedLion(DistributedLionReducer):
             with self.timer.phase("communicate"):
                 for r in range(1, self.world_size):
                     dist.send(down, dst=self.global_rank(r), group=self.group)
-        else:
+        else:  # the same two communicate phases as the server's (up, then down), so ranks line up in benchmarks
             down = self.workspace.get("down", self.down_bytes(numel), torch.uint8, packed.device)
             with self.timer.phase("communicate"):
                 dist.send(packed, dst=server, group=self.group)
+            with self.timer.phase("communicate"):
                 dist.recv(down, src=server, group=self.group)
         with self.timer.phase("quantize"):
             return self.decode(down, numel)
