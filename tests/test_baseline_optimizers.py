@@ -39,8 +39,11 @@ def init_params() -> list[torch.Tensor]:
 
 
 def dyadic_grads(rank: int, step: int) -> list[torch.Tensor]:
+    """k / 16 for |k| <= 8; the first bias element never has a gradient (its Adam variance stays 0)."""
     g = torch.Generator().manual_seed(1000 * step + rank)
-    return [torch.randint(-8, 9, shape, generator=g).float() / 16 for shape in SHAPES]
+    grads = [torch.randint(-8, 9, shape, generator=g).float() / 16 for shape in SHAPES]
+    grads[2][0] = 0.0
+    return grads
 
 
 def param_groups(params):
@@ -75,7 +78,7 @@ def onebit_adam_reference(world_size: int, steps: int, warmup: int) -> list[dict
     params = init_params()
     m, v = [torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params]
     sizes = [p.numel() for p in params]
-    allreduce = CompressedAllreduceReference(world_size, sum(sizes))
+    allreduce = CompressedAllreduceReference(world_size, sum(sizes), sizes)  # one scale per tensor
     decay = [WD, WD, 0.0]
     out = []
     for step in range(1, steps + 1):
@@ -86,7 +89,7 @@ def onebit_adam_reference(world_size: int, steps: int, warmup: int) -> list[dict
         else:
             local = [torch.cat([mk.mul(BETAS[0]).add(gk, alpha=1 - BETAS[0]).reshape(-1)
                                 for mk, gk in zip(m, dyadic_grads(r, step))]) for r in range(world_size)]
-            m = [c.view_as(p) for c, p in zip(allreduce(local).split(sizes), params)]
+            m = [c.view_as(p) * (vk > 0) for c, p, vk in zip(allreduce(local).split(sizes), params, v)]
         params = [p.mul(1 - LR * d) if d else p for p, d in zip(params, decay)]
         params = [p.addcdiv(mk, vk.sqrt().add(EPS), value=-LR) for p, mk, vk in zip(params, m, v)]
         out.append(dict(params=params, m=m, v=v, worker_err=[e.clone() for e in allreduce.worker_err],
@@ -112,6 +115,8 @@ def test_onebit_adam_warms_up_then_compresses_with_error_feedback(dist):
                 assert torch.equal(got["reducer"]["server_error"], want["server_err"][rank]), (step, rank)
                 assert got["reducer"]["worker_error"].abs().sum() > 0
             assert got["phases"]["communicate"] > 0 and got["phases"]["update"] > 0
+    for history in outs:  # a coordinate that never had a gradient keeps m = 0 and does not move (no decay there)
+        assert all(h["m"][2][0] == 0 and h["params"][2][0] == init_params()[2][0] for h in history)
     v_at_switch = outs[0][warmup - 1]["v"]
     assert not all(torch.equal(a, b) for a, b in zip(outs[0][0]["v"], v_at_switch))  # v moves during warm-up
     for history in outs:

@@ -117,22 +117,22 @@ def momentum_for(rank: int, numel: int, step: int) -> torch.Tensor:
     return torch.randn(numel, generator=g) * (1 + rank) * 1e-2
 
 
-def _run_compressed(numel: int, steps: int, restart_at: int | None):
+def _run_compressed(numel: int, steps: int, restart_at: int | None, segments: list[int] | None = None):
     rank = tdist.get_rank()
-    reducer = make_reducer("compressed_allreduce")
+    reducer = make_reducer("compressed_allreduce", segments=segments)
     results, states = [], []
     for step in range(1, steps + 1):
         if step == restart_at:  # a resumed rank: a fresh reducer loaded from the saved errors
             saved = {k: v.clone() for k, v in reducer.state_dict().items()}
-            reducer = make_reducer("compressed_allreduce")
+            reducer = make_reducer("compressed_allreduce", segments=segments)
             reducer.load_state_dict(saved)
         results.append(reducer.reduce(momentum_for(rank, numel, step), step).clone())
         states.append({k: v.clone() for k, v in reducer.state_dict().items()})
     return results, states, reducer.wire_bytes(numel)
 
 
-def compressed_reference(world_size: int, numel: int, steps: int):
-    reference = CompressedAllreduceReference(world_size, numel)
+def compressed_reference(world_size: int, numel: int, steps: int, segments: list[int] | None = None):
+    reference = CompressedAllreduceReference(world_size, numel, segments)
     outputs = []
     for step in range(1, steps + 1):
         result = reference([momentum_for(i, numel, step) for i in range(world_size)])
@@ -140,11 +140,13 @@ def compressed_reference(world_size: int, numel: int, steps: int):
     return outputs
 
 
-@pytest.mark.parametrize("world_size,numel", [(2, 1000), (3, 1001), (4, 37)])
-def test_compressed_allreduce_error_feedback_over_steps(dist, world_size, numel):
+@pytest.mark.parametrize("world_size,numel,segments", [(2, 1000, None), (3, 1001, None), (4, 37, None),
+                                                       (3, 1001, [500, 1, 0, 300, 200]), (4, 37, [30, 7])])
+def test_compressed_allreduce_error_feedback_over_steps(dist, world_size, numel, segments):
+    """One scale for the whole vector (Algorithm 1), or per tensor and per tensor piece of a chunk (segments)."""
     steps = 4
-    outs = dist(world_size, _run_compressed, numel, steps, None)
-    for k, (expected, worker_err, server_err) in enumerate(compressed_reference(world_size, numel, steps)):
+    outs = dist(world_size, _run_compressed, numel, steps, None, segments)
+    for k, (expected, worker_err, server_err) in enumerate(compressed_reference(world_size, numel, steps, segments)):
         for rank, (results, states, _) in enumerate(outs):
             assert torch.equal(results[k], expected), f"step {k + 1} rank {rank}"
             assert torch.equal(states[k]["worker_error"], worker_err[rank])
@@ -154,8 +156,8 @@ def test_compressed_allreduce_error_feedback_over_steps(dist, world_size, numel)
 
 
 def test_compressed_allreduce_resumes_from_its_state_bitwise(dist):
-    straight = dist(3, _run_compressed, 500, 4, None)
-    resumed = dist(3, _run_compressed, 500, 4, 3)
+    straight = dist(3, _run_compressed, 500, 4, None, [100, 400])
+    resumed = dist(3, _run_compressed, 500, 4, 3, [100, 400])
     for a, b in zip(straight, resumed):
         for x, y in zip(a[0], b[0]):
             assert torch.equal(x, y)
@@ -165,6 +167,10 @@ def test_compressed_allreduce_wire_bytes():
     # 4 ranks, 8e6 values: chunks of 2e6 bits = 250000 bytes + 4 scale bytes, sent to / gathered from 3 peers
     assert make_reducer("compressed_allreduce", world_size=4).wire_bytes(8_000_000) == 2 * 3 * (250_000 + 4)
     assert make_reducer("compressed_allreduce", world_size=1).wire_bytes(100) == 0
+    # per tensor (3 tensors): 3 worker scales per all-to-all message; chunk 0 holds pieces of 2 tensors, chunks
+    # 1-3 one each, so every allgather message carries 2 server scales
+    r = make_reducer("compressed_allreduce", world_size=4, segments=[1_000_000, 1_000_000, 6_000_000])
+    assert r.wire_bytes(8_000_000) == 3 * (250_000 + 3 * 4) + 3 * (250_000 + 2 * 4)
 
 
 # --- BitDP -------------------------------------------------------------------------------------------------------

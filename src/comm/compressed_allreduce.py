@@ -4,26 +4,30 @@ Algorithm 1 lines 6-11, Section 4.3, Section 6 and Fig. 3).
 `reduce(m_i, step)` takes this rank's flat momentum m_i and returns bar m, the same on every rank:
   1. worker i: x = m_i + delta_i; hat m_i = s_i sign(x) with s_i = ||x||_2 / sqrt(n), the magnitude of x over
      that of sign(x) (Section 4.3); the worker error delta_i <- x - hat m_i stays on rank i;
-  2. all-to-all (the "gather step"): the packed signs are cut into `world_size` chunks, chunk j (with s_i in its
-     last 4 bytes) goes to rank j, the server of chunk j;
+  2. all-to-all (the "gather step"): the packed signs are cut into `world_size` chunks; chunk j, followed by the
+     worker's scales, goes to rank j, the server of chunk j;
   3. server j (the "average step"): y = (1/N) sum_i hat m_i[chunk j] + bar delta_j, summed in rank order;
      bar m_j = bar s_j sign(y) with bar s_j = ||y||_2 / sqrt(n_j); the server error bar delta_j <- y - bar m_j
      stays on rank j;
-  4. allgather (the "scatter step") of the packed server signs, each chunk with its bar s_j; every rank decodes
-     bar m = concat_j bar s_j sign_j.
-Both errors are this rank's state (`state_dict`: `worker_error`, `server_error`), checkpointed and restored bitwise.
-A rank sends (N-1) (n/(8N) + 4) bytes in each of the two collectives (`wire_bytes`; cost model row
-`compressed_allreduce`).
+  4. allgather (the "scatter step") of the packed server signs, each chunk followed by its scales; every rank
+     decodes bar m = concat_j bar s_j sign_j.
+With `segments` (the tensors of a flat momentum) every tensor is compressed on its own, as the paper's
+implementation compresses each parameter: one worker scale per tensor, one server scale per piece of a tensor in
+a chunk. Without them the whole vector has one scale, as Algorithm 1 writes it. Both errors are this rank's state
+(`state_dict`: `worker_error`, `server_error`), checkpointed and restored bitwise. A rank sends (N-1) messages of
+n/(8N) bytes of signs plus 4 bytes per scale in each of the two collectives (`wire_bytes`; cost-model row
+`compressed_allreduce`, one scale per message).
 
 The vector is padded to a multiple of 8 * world_size so that chunks are whole bytes; padding is not part of any
 compressed vector (masked to 0, left out of every norm). Deliberate differences from the paper: sign(0) = +1 (one
-bit cannot hold 0; DeepSpeed's implementation does the same); the scale travels inside the chunk's message instead
-of in a separate collective (same bytes, two collectives per step instead of four); vectorised torch packing
-instead of the paper's MPI/CuPy kernels.
+bit cannot hold 0; the paper's implementation does the same); the scales travel inside the chunk messages instead
+of in separate collectives (same bytes, two collectives per step instead of four); one all-to-all and one allgather
+for all tensors instead of a pair per tensor; vectorised torch packing instead of MPI/CuPy kernels.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -35,7 +39,7 @@ from src.comm.device import collective_device
 from src.comm.packing import pack, unpack
 from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
 
-SCALE_BYTES = 4  # one float32 scale per chunk message
+SCALE_BYTES = 4  # one float32 scale
 
 
 def compress_(x: torch.Tensor, error: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
@@ -51,6 +55,47 @@ def compress_(x: torch.Tensor, error: torch.Tensor, bits: torch.Tensor) -> torch
     return scale
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Values [start, start + length) of a server's chunk that belong to tensor `segment`."""
+
+    start: int
+    length: int
+    segment: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    numel: int
+    chunk: int
+    segments: tuple[tuple[int, int], ...]   # (offset, length) of each tensor in the flat vector
+    pieces: tuple[tuple[Piece, ...], ...]  # per server rank: the tensor pieces of its chunk
+    server_scales: int                     # scales per allgather message (the most pieces of any chunk, >= 1)
+
+    @property
+    def up_bytes(self) -> int:  # one all-to-all message: signs of a chunk, then every worker scale
+        return self.chunk // 8 + SCALE_BYTES * len(self.segments)
+
+    @property
+    def down_bytes(self) -> int:  # one allgather message: signs of a chunk, then the server scales
+        return self.chunk // 8 + SCALE_BYTES * self.server_scales
+
+
+def plan(numel: int, world_size: int, segments: Sequence[int] | None) -> Plan:
+    padded = -(-numel // (8 * world_size)) * 8 * world_size
+    chunk = padded // world_size
+    sizes = list(segments) if segments is not None else [numel]
+    offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+    spans = tuple(zip(offsets, sizes))
+    pieces = []
+    for j in range(world_size):
+        lo, hi = j * chunk, min((j + 1) * chunk, numel)
+        mine = [Piece(max(o, lo) - lo, min(o + n, hi) - max(o, lo), k) for k, (o, n) in enumerate(spans)
+                if n and max(o, lo) < min(o + n, hi)]
+        pieces.append(tuple(mine))
+    return Plan(numel, chunk, spans, tuple(pieces), max(1, max(len(p) for p in pieces)))
+
+
 class CompressedAllreduce(Reducer):
     """`compressed_allreduce`: error-compensated 1-bit all-to-all + allgather of scaled signs (1-bit Adam)."""
 
@@ -62,38 +107,28 @@ class CompressedAllreduce(Reducer):
                          timer=timer)
         self.worker_error: torch.Tensor | None = None
         self.server_error: torch.Tensor | None = None
+        self._plans: dict[int, Plan] = {}
 
-    # --- layout -------------------------------------------------------------------------------------------------
-    def padded_numel(self, numel: int) -> int:
-        multiple = 8 * self.world_size
-        return -(-numel // multiple) * multiple
-
-    def chunk_numel(self, numel: int) -> int:
-        return self.padded_numel(numel) // self.world_size
-
-    def real_numel(self, numel: int, chunk: int) -> int:
-        """Elements of chunk `chunk` that belong to the vector (the rest is padding)."""
-        size = self.chunk_numel(numel)
-        return max(0, min(size, numel - chunk * size))
-
-    def message_bytes(self, numel: int) -> int:
-        return self.chunk_numel(numel) // 8 + SCALE_BYTES
+    def plan(self, numel: int) -> Plan:
+        if numel not in self._plans:
+            self._plans[numel] = plan(numel, self.world_size, self.segments)
+        return self._plans[numel]
 
     def wire_bytes(self, numel: int) -> int:
-        message = self.message_bytes(numel)
-        return (pairwise_all_to_all_bytes(self.world_size * message, self.world_size)
-                + ring_allgather_bytes(message, self.world_size))
+        p = self.plan(numel)
+        return (pairwise_all_to_all_bytes(self.world_size * p.up_bytes, self.world_size)
+                + ring_allgather_bytes(p.down_bytes, self.world_size))
 
     # --- state --------------------------------------------------------------------------------------------------
-    def _errors(self, numel: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = self.chunk_numel(numel)
+    def _errors(self, p: Plan, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self.worker_error is None:
-            self.worker_error = torch.zeros(numel, dtype=torch.float32, device=device)
-            self.server_error = torch.zeros(chunk, dtype=torch.float32, device=device)
-        if self.worker_error.numel() != numel or self.server_error.numel() != chunk:
+            self.worker_error = torch.zeros(p.numel, dtype=torch.float32, device=device)
+            self.server_error = torch.zeros(p.chunk, dtype=torch.float32, device=device)
+        if self.worker_error.numel() != p.numel or self.server_error.numel() != p.chunk:
             raise ValueError(f"{self.name}: the error buffers hold {self.worker_error.numel()} / "
-                             f"{self.server_error.numel()} values (worker / server), but this vector needs {numel} / "
-                             f"{chunk} at world_size={self.world_size}; were they loaded from another model?")
+                             f"{self.server_error.numel()} values (worker / server), but this vector needs "
+                             f"{p.numel} / {p.chunk} at world_size={self.world_size}; were they loaded from another "
+                             "model or world size?")
         self.worker_error = self.worker_error.to(device)
         self.server_error = self.server_error.to(device)
         return self.worker_error, self.server_error
@@ -109,69 +144,78 @@ class CompressedAllreduce(Reducer):
             self.server_error = state["server_error"].clone()
 
     # --- the step -----------------------------------------------------------------------------------------------
-    def _scale_bytes(self, scale: torch.Tensor) -> torch.Tensor:
-        return scale.reshape(1).to(torch.float32).view(torch.uint8)
-
-    def _worker(self, update: torch.Tensor, message: int) -> torch.Tensor:
-        """Compress m_i + delta_i; the all-to-all send buffer: one row per destination, signs then scale."""
-        numel, padded = update.numel(), self.padded_numel(update.numel())
-        worker_error, _ = self._errors(numel, update.device)
-        x = self.workspace.get("compensated", numel, torch.float32, update.device)
+    def _worker(self, update: torch.Tensor, p: Plan) -> torch.Tensor:
+        """Compress m_i + delta_i per tensor; the all-to-all send buffer: one row per server, signs then scales."""
+        padded = p.chunk * self.world_size
+        worker_error, _ = self._errors(p, update.device)
+        x = self.workspace.get("compensated", p.numel, torch.float32, update.device)
         torch.add(update, worker_error, out=x)
         bits = self.workspace.get("bits", padded, torch.bool, update.device, zero=True)
-        scale = compress_(x, worker_error, bits[:numel])
+        scales = self.workspace.get("worker_scales", len(p.segments), torch.float32, update.device)
+        for k, (offset, length) in enumerate(p.segments):
+            end = offset + length
+            scales[k] = compress_(x[offset:end], worker_error[offset:end], bits[offset:end])
         packed = pack(bits.view(torch.uint8), 1, workspace=self.workspace)
-        send = self.workspace.get("send", self.world_size * message, torch.uint8, update.device)
-        rows = send.view(self.world_size, message)
-        rows[:, :-SCALE_BYTES].copy_(packed.view(self.world_size, -1))
-        rows[:, -SCALE_BYTES:].copy_(self._scale_bytes(scale))
+        send = self.workspace.get("send", self.world_size * p.up_bytes, torch.uint8, update.device)
+        rows = send.view(self.world_size, p.up_bytes)
+        rows[:, :p.chunk // 8].copy_(packed.view(self.world_size, -1))
+        rows[:, p.chunk // 8:].copy_(scales.view(torch.uint8))
         return send
 
-    def _server(self, received: torch.Tensor, numel: int, message: int) -> torch.Tensor:
+    def _server(self, received: torch.Tensor, p: Plan) -> torch.Tensor:
         """Average the N compressed copies of this rank's chunk, add and update the server error, recompress."""
-        rows = received.view(self.world_size, message)
-        scales = rows[:, -SCALE_BYTES:].contiguous().view(torch.float32)
-        chunk, real = self.chunk_numel(numel), self.real_numel(numel, self.rank)
-        _, server_error = self._errors(numel, received.device)
-        y = self.workspace.get("server_sum", chunk, torch.float32, received.device)
-        signed = self.workspace.get("server_signed", chunk, torch.float32, received.device)
+        sign_bytes, pieces = p.chunk // 8, p.pieces[self.rank]
+        rows = received.view(self.world_size, p.up_bytes)
+        scales = rows[:, sign_bytes:].contiguous().view(torch.float32)  # (world_size, tensors)
+        _, server_error = self._errors(p, received.device)
+        y = self.workspace.get("server_sum", p.chunk, torch.float32, received.device)
+        signed = self.workspace.get("server_signed", p.chunk, torch.float32, received.device)
         y.zero_()
         for i in range(self.world_size):
-            signed.copy_(unpack(rows[i, :-SCALE_BYTES], 1, chunk)).mul_(2).sub_(1).mul_(scales[i])
+            signed.copy_(unpack(rows[i, :sign_bytes], 1, p.chunk)).mul_(2).sub_(1)
+            for piece in pieces:
+                signed[piece.start:piece.start + piece.length].mul_(scales[i, piece.segment])
             y.add_(signed)
+        real = pieces[-1].start + pieces[-1].length if pieces else 0
         y.div_(self.world_size)
         y[real:] = 0.0
         y.add_(server_error)
-        bits = self.workspace.get("server_bits", chunk, torch.bool, received.device, zero=True)
-        bits[real:] = False
-        scale = compress_(y[:real], server_error[:real], bits[:real])
-        out = self.workspace.get("server_message", message, torch.uint8, received.device)
-        out[:-SCALE_BYTES].copy_(pack(bits.view(torch.uint8), 1, workspace=self.workspace))
-        out[-SCALE_BYTES:].copy_(self._scale_bytes(scale))
+        bits = self.workspace.get("server_bits", p.chunk, torch.bool, received.device, zero=True)
+        out = self.workspace.get("server_message", p.down_bytes, torch.uint8, received.device)
+        out_scales = self.workspace.get("server_scales", p.server_scales, torch.float32, received.device)
+        out_scales.zero_()
+        for n, piece in enumerate(pieces):
+            end = piece.start + piece.length
+            out_scales[n] = compress_(y[piece.start:end], server_error[piece.start:end], bits[piece.start:end])
+        out[:sign_bytes].copy_(pack(bits.view(torch.uint8), 1, workspace=self.workspace))
+        out[sign_bytes:].copy_(out_scales.view(torch.uint8))
         return out
 
-    def _decode(self, gathered: torch.Tensor, numel: int, message: int) -> torch.Tensor:
-        rows = gathered.view(self.world_size, message)
-        scales = rows[:, -SCALE_BYTES:].contiguous().view(torch.float32)
-        chunk = self.chunk_numel(numel)
-        signs = unpack(rows[:, :-SCALE_BYTES].contiguous(), 1, self.world_size * chunk)
-        result = self.workspace.get("result", self.world_size * chunk, torch.float32, gathered.device)
+    def _decode(self, gathered: torch.Tensor, p: Plan) -> torch.Tensor:
+        sign_bytes = p.chunk // 8
+        rows = gathered.view(self.world_size, p.down_bytes)
+        scales = rows[:, sign_bytes:].contiguous().view(torch.float32)  # (world_size, server_scales)
+        signs = unpack(rows[:, :sign_bytes].contiguous(), 1, self.world_size * p.chunk)
+        result = self.workspace.get("result", self.world_size * p.chunk, torch.float32, gathered.device)
         result.copy_(signs).mul_(2).sub_(1)
-        result.view(self.world_size, chunk).mul_(scales.view(-1, 1))
-        return result[:numel]
+        for j, pieces in enumerate(p.pieces):
+            for n, piece in enumerate(pieces):
+                start = j * p.chunk + piece.start
+                result[start:start + piece.length].mul_(scales[j, n])
+        return result[:p.numel]
 
     def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
         update = update.to(collective_device(self.group, prefer=update.device))
-        numel, message = update.numel(), self.message_bytes(update.numel())
+        p = self.plan(update.numel())
         with self.timer.phase("quantize"):
-            send = self._worker(update, message)
-            received = self.workspace.get("received", self.world_size * message, torch.uint8, update.device)
+            send = self._worker(update, p)
+            received = self.workspace.get("received", self.world_size * p.up_bytes, torch.uint8, update.device)
         with self.timer.phase("communicate"):
             dist.all_to_all_single(received, send, group=self.group)
         with self.timer.phase("quantize"):
-            mine = self._server(received, numel, message)
-            gathered = self.workspace.get("gathered", self.world_size * message, torch.uint8, update.device)
+            mine = self._server(received, p)
+            gathered = self.workspace.get("gathered", self.world_size * p.down_bytes, torch.uint8, update.device)
         with self.timer.phase("communicate"):
             all_gather_flat(gathered, mine, group=self.group)
         with self.timer.phase("quantize"):
-            return self._decode(gathered, numel, message)
+            return self._decode(gathered, p)

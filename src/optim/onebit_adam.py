@@ -8,7 +8,8 @@ Two stages, `adam_warmup_steps` = T_w:
 - compression (steps T_w+1..): v is frozen at v_{T_w}; each rank updates its momentum with its own gradient,
   m_i <- beta1 m + (1 - beta1) g_i, and the ranks agree on bar m through the error-compensated 1-bit compressed
   allreduce (`src.comm.compressed_allreduce`, the reducer `compressed_allreduce`: worker and server error per
-  rank, scale factors with the signs, all-to-all then allgather); m <- bar m (the same on every rank) and
+  rank, scale factors with the signs, all-to-all then allgather; one scale per parameter tensor, as the paper's
+  implementation compresses each tensor); m <- bar m (the same on every rank) and
   p <- p (1 - lr wd) - lr bar m / (sqrt(v_{T_w}) + eps) (Algorithm 1, line 13).
 Per-parameter state: `exp_avg` (m, identical on every rank after each step), `exp_avg_sq` (v, frozen after T_w),
 `step`; the reducer's `worker_error` and `server_error` (this rank's own) are saved under the `reducer` key of
@@ -17,9 +18,12 @@ allreduce), `update`.
 
 As in the paper (Section 3.3, "we disable the bias correction term"), there is no bias correction. Deliberate
 differences: eps is added to sqrt(v) (DeepSpeed's form; Eq. (1) writes sqrt(v + eta)); weight decay is decoupled
-(AdamW's, `lr * weight_decay`), which the paper does not use; one momentum vector for the whole model (the
-paper's Algorithm 1 compresses the whole model's momentum). A trainable parameter without a gradient takes a zero
-gradient, so every rank keeps the same layout.
+(AdamW's, `lr * weight_decay`), which the paper does not use; a coordinate whose variance is still exactly 0 after
+the warm-up (it never had a gradient: positions beyond the training sequence length, vocabulary rows never seen)
+keeps a zero momentum in the compression stage, because the 1-bit momentum gives every coordinate +-scale, which
+divided by eps would throw it away (the paper's implementation, DeepSpeed, takes a user mask, `exp_avg_mask`, for
+the same reason). A trainable parameter without a gradient takes a zero gradient, so every rank keeps the same
+layout.
 """
 from __future__ import annotations
 
@@ -60,7 +64,8 @@ class OneBitAdam(Optimizer):
         self._sizes = [p.numel() for p in self._params]
         self.timer = PhaseTimer(device=self._params[0].device)
         self._allreduce = FlatGradientAllreduce(self._params, "fp32", group)
-        self.reducer = make_reducer("compressed_allreduce", group, timer=self.timer)
+        self.reducer = make_reducer("compressed_allreduce", group, segments=self._sizes, timer=self.timer)
+        self._masks: list[torch.Tensor] | None = None  # v > 0 per parameter, fixed once v is frozen
         self.world_size = self.reducer.world_size
         self._workspace = Workspace()
 
@@ -95,6 +100,7 @@ class OneBitAdam(Optimizer):
         reducer_state = state_dict.pop("reducer", {})
         super().load_state_dict(state_dict)
         self.reducer.load_state_dict(reducer_state)
+        self._masks = None
 
     # --- the step ---------------------------------------------------------------------------------------------
     def _lists(self, group: dict) -> tuple[list, list, list, list]:
@@ -134,11 +140,15 @@ class OneBitAdam(Optimizer):
         return loss
 
     def _exchange_momentum(self, step: int) -> None:
-        """m <- bar m: every rank's momentum through the compressed allreduce (Algorithm 1, lines 7-13)."""
+        """m <- bar m: every rank's momentum through the compressed allreduce (Algorithm 1, lines 7-13), kept at 0
+        where the frozen variance is 0."""
         momenta = [self.state[p]["exp_avg"] for p in self._params]
+        if self._masks is None:
+            self._masks = [(self.state[p]["exp_avg_sq"] > 0).to(m.dtype) for p, m in zip(self._params, momenta)]
         with self.timer.phase("quantize"):
             flat = self._workspace.get("momentum", sum(self._sizes), torch.float32, self._params[0].device)
             flatten_into(flat, momenta, self._sizes)
         bar_m = self.reducer.reduce(flat, step)
         with self.timer.phase("quantize"):
             unflatten_into(momenta, bar_m, self._sizes)
+            torch._foreach_mul_(momenta, self._masks)
