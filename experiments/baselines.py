@@ -21,11 +21,11 @@ BitDP (which keeps embeddings in fp32) sends almost as much as fp32 here; the ta
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 from analysis.baselines import write_report
+from experiments.emulated import train_emulated
 
 ADAMW = ["optim.lr=3e-3", "optim.beta1=0.9", "optim.beta2=0.95", "optim.weight_decay=0.03"]
 RUNS = {
@@ -45,19 +45,8 @@ def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -
 
 def run_one(variant: str, args, extra: list[str]) -> Path:
     run_dir = args.out / "runs" / variant
-    if (run_dir / "summary.json").exists():
-        print(f"[baselines] {variant}: reusing {run_dir}", flush=True)
-        return run_dir
-    cmd = [sys.executable, "-m", "src.launch.emulate", f"nodes={args.nodes}", f"nproc_per_node={args.nproc}",
-           f"rate={args.rate}", "--", *train_overrides(variant, args.steps, run_dir, extra)]
-    print(f"[baselines] {variant}: {' '.join(cmd[1:])}", flush=True)
-    log = args.out / "logs" / f"{variant}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise SystemExit(f"[baselines] {variant} failed with exit code {code}; see {log}")
-    return run_dir
+    return train_emulated(f"[baselines] {variant}", run_dir, train_overrides(variant, args.steps, run_dir, extra),
+                          args.out / "logs" / f"{variant}.log", args.nodes, args.nproc, args.rate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,11 +13,11 @@ paper's 350M-1558M on H100s; the communication share, not the absolute times, is
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 from analysis.fig10 import with_speedup, write
+from experiments.emulated import train_emulated
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1")
 # The neighbouring systems (issue 12), added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
@@ -35,19 +35,8 @@ def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -
 
 def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str]) -> Path:
     run_dir = out / "runs" / f"{rate}-{variant}"
-    if (run_dir / "summary.json").exists():
-        print(f"[table_a1] {rate} {variant}: reusing {run_dir}", flush=True)
-        return run_dir
-    cmd = [sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", f"rate={rate}", "--",
-           *train_overrides(variant, steps, run_dir, extra)]
-    print(f"[table_a1] {rate} {variant}: {' '.join(cmd[1:])}", flush=True)
-    log = out / "logs" / f"{rate}-{variant}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise SystemExit(f"[table_a1] {rate} {variant} failed with exit code {code}; see {log}")
-    return run_dir
+    return train_emulated(f"[table_a1] {rate} {variant}", run_dir, train_overrides(variant, steps, run_dir, extra),
+                          out / "logs" / f"{rate}-{variant}.log", rate=rate)
 
 
 def main(argv: list[str] | None = None) -> int:
