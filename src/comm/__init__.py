@@ -3,20 +3,21 @@
 `make_reducer(name, group=None, **options)` builds one; `reducer.reduce(update, step)` aggregates this rank's flat
 update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends for it.
 
-| name                   | algorithm                                                    | options                          |
-|------------------------|--------------------------------------------------------------|----------------------------------|
-| `pbit`                 | uint8 SUM allreduce of packed low-bit sums                   | quant, levels, bits, vote, zeros, seed |
-| `onebit`               | all-to-all + local majority + allgather, 1 bit each way      | zeros                            |
-| `ps_naive`             | parameter server, point-to-point; `bits`-wide fields both ways, exact sum | as pbit             |
-| `ps_tree`              | parameter server, gather + broadcast; `bits`-wide fields both ways, exact sum | as pbit         |
-| `fp32`                 | allreduce of raw updates in float32, then sign               | vote                             |
-| `bf16`                 | allreduce of raw updates in bfloat16, then sign              | vote                             |
-| `dlion_naive`          | Distributed Lion: 1-bit votes up, 1-bit majority or log2(N)+1-bit count down, point-to-point | vote, zeros |
-| `dlion_tree`           | Distributed Lion as dlion_naive, over gather + broadcast     | vote, zeros                      |
-| `dlion_allgather`      | Distributed Lion without a server: allgather of the votes    | vote, zeros                      |
-| `compressed_allreduce` | 1-bit Adam: error-compensated 1-bit all-to-all + allgather with scales | (none)                 |
-| `bitdp`                | BitDP: channel-scaled 1/2-bit codes allgathered and summed locally, scales allreduced | bits, threshold, rows, row_size |
+| name                   | algorithm                                                            | options        |
+|------------------------|----------------------------------------------------------------------|----------------|
+| `pbit`                 | uint8 SUM allreduce of packed low-bit sums                           | see below      |
+| `onebit`               | all-to-all + local majority + allgather, 1 bit each way              | zeros          |
+| `ps_naive`             | parameter server, point-to-point; `bits`-wide fields, exact sum      | as pbit        |
+| `ps_tree`              | parameter server, gather + broadcast; `bits`-wide fields, exact sum  | as pbit        |
+| `fp32`                 | allreduce of raw updates in float32, then sign                       | vote           |
+| `bf16`                 | allreduce of raw updates in bfloat16, then sign                      | vote           |
+| `dlion_naive`          | D-Lion: 1-bit votes up, 1-bit majority or log2(N)+1-bit count down   | vote, zeros    |
+| `dlion_tree`           | D-Lion as dlion_naive (point-to-point), over gather + broadcast      | vote, zeros    |
+| `dlion_allgather`      | D-Lion without a server: allgather of the votes, local vote          | vote, zeros    |
+| `compressed_allreduce` | 1-bit Adam: error-compensated 1-bit all-to-all + allgather, scales   | (none)         |
+| `bitdp`                | BitDP: channel-scaled 1/2-bit codes allgathered, scales allreduced   | see below      |
 
+`pbit` takes quant, levels, bits, vote, zeros, seed; `bitdp` takes bits, threshold, rows, row_size.
 `ps_naive`/`ps_tree` are the parameter servers of the Lion Cub paper's Table 1 carrying our packed p-bit encoding
 (the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/dlion.py).
 

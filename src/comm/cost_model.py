@@ -13,13 +13,13 @@ P workers, N parameters, latency alpha (s), inverse bandwidth beta (s/bit), b bi
 Rows of the baselines (not in Table 1), each the time of the busiest link under the algorithms `wire_bytes` models
 (src/comm/wire.py), so that 8 * beta * (bytes through that link) is exactly the bandwidth term:
 
-| algorithm            | latency                  | bandwidth                                          | busiest link     |
-|----------------------|--------------------------|----------------------------------------------------|------------------|
-| dlion_naive          | 2 (P-1) alpha            | (P-1) N (1 + b_down) beta                          | the server's     |
-| dlion_tree           | 2 log2(P) alpha          | ((P-1) + ceil(log2 P) b_down) N beta               | the root's       |
-| dlion_allgather      | (P-1) alpha              | (P-1) N beta                                       | every rank's     |
-| compressed_allreduce | 2 (P-1) alpha            | 2 (P-1)/P N beta + 2 (P-1) 32 beta                 | every rank's     |
-| bitdp                | (P-1 + 2 log2 P) alpha   | (P-1) N b_code beta + 2 (P-1)/P D 32 beta          | every rank's     |
+| algorithm            | latency                | bandwidth                                   | busiest link |
+|----------------------|------------------------|---------------------------------------------|--------------|
+| dlion_naive          | 2 (P-1) alpha          | (P-1) N (1 + b_down) beta                   | the server's |
+| dlion_tree           | 2 log2(P) alpha        | ((P-1) + ceil(log2 P) b_down) N beta        | the root's   |
+| dlion_allgather      | (P-1) alpha            | (P-1) N beta                                | every rank's |
+| compressed_allreduce | 2 (P-1) alpha          | 2 (P-1)/P N beta + 2 (P-1) 32 beta          | every rank's |
+| bitdp                | (P-1 + 2 log2 P) alpha | (P-1) N b_code beta + 2 (P-1)/P D 32 beta   | every rank's |
 
 Distributed Lion (`dlion_*`) sends 1-bit votes up and b_down bits down (`bits`; 1 for majority vote, the count's
 field width for averaging); the naive server's link carries every byte, the tree's root receives every vote and

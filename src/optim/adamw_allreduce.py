@@ -15,13 +15,9 @@ from typing import Iterable
 
 import torch
 
-from src.optim.grad_allreduce import FlatGradientAllreduce
+from src.optim.grad_allreduce import FlatGradientAllreduce, trainable
 from src.optim.lion import evaluate_closure
 from src.utils.timing import PhaseTimer
-
-
-def trainable(param_groups: list[dict]) -> list[torch.nn.Parameter]:
-    return [p for g in param_groups for p in g["params"] if p.requires_grad]
 
 
 class AdamW(torch.optim.AdamW):

@@ -1,11 +1,12 @@
 """The baselines' variant kinds: their config keys, checks and construction (called by src.optim.factory).
 
-| optimizer              | what                                                    | keys                               |
-|------------------------|---------------------------------------------------------|------------------------------------|
-| `adamw_grad_allreduce` | G-AdamW: AdamW on one flat gradient allreduce (Distributed Lion, Sec. 5) | comm_dtype            |
-| `onebit_adam`          | 1-bit Adam (arXiv:2102.02888, Algorithm 1)              | adam_warmup_steps                  |
-| `bitdp`                | BitDP: channel-wise 1/2-bit gradients + AdamW           | bits, threshold, layers            |
-| `ddp`                  | PyTorch DDP + Lion or AdamW (Lion Cub, Fig. A.3 "Default") | inner, comm_hook, bucket_cap_mb |
+| optimizer              | what                                                            | keys              |
+|------------------------|-----------------------------------------------------------------|-------------------|
+| `adamw_grad_allreduce` | G-AdamW: AdamW on one flat gradient allreduce (D-Lion, Sec. 5)  | comm_dtype        |
+| `onebit_adam`          | 1-bit Adam (arXiv:2102.02888, Algorithm 1)                      | adam_warmup_steps |
+| `bitdp`                | BitDP: channel-wise 1/2-bit gradients of linear layers + AdamW  | bits, threshold, layers |
+| `ddp`                  | PyTorch DDP + Lion or AdamW (Lion Cub, Fig. A.3 "Default")      | inner, comm_hook, |
+|                        |                                                                 | bucket_cap_mb     |
 
 Learning rate, betas and weight decay come from the optim config, as for Lion (conf/optim/*_adamw.yaml hold the
 Adam papers' values). Everything is checked before a process group exists, with the numbers in the message.
@@ -15,10 +16,10 @@ from __future__ import annotations
 import torch
 
 from src.comm import make_reducer
-from src.optim.adamw_allreduce import GradAllreduceAdamW, trainable
+from src.optim.adamw_allreduce import GradAllreduceAdamW
 from src.optim.bitdp import BitDP, compressed_rows
 from src.optim.ddp import DDPAdamW, DDPLion, check_ddp_options
-from src.optim.grad_allreduce import COMM_DTYPES
+from src.optim.grad_allreduce import COMM_DTYPES, trainable
 from src.optim.onebit_adam import OneBitAdam, check_adam_warmup
 
 BASELINE_KEYS = {

@@ -24,8 +24,8 @@ from torch import nn
 
 from src.comm import make_reducer
 from src.comm.workspace import Workspace
-from src.optim.adamw_allreduce import AdamW, trainable
-from src.optim.grad_allreduce import fill_missing_grads_, flatten_into, unflatten_into
+from src.optim.adamw_allreduce import AdamW
+from src.optim.grad_allreduce import fill_missing_grads_, flatten_into, trainable, unflatten_into
 from src.optim.lion import evaluate_closure
 from src.optim.momentum_sync import classes_of, named_parameters_with_aliases
 

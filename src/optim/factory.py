@@ -16,9 +16,8 @@ from typing import Mapping
 import torch
 
 from src.comm import make_reducer
-from src.optim.adamw_allreduce import trainable
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
-from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion
+from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion, trainable
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases

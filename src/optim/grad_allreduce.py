@@ -3,8 +3,9 @@ Table A.1, Appendix A.2).
 
 Each step, all gradients are flattened into one buffer in the communication dtype (`fp32`, `bf16` or `fp16`),
 allreduced once (SUM, then divided by world_size), written back to `.grad`, and plain Lion steps on the averaged
-gradient. `FlatGradientAllreduce` is that exchange on its own; the AdamW baselines reuse it. Appendix A.2: one allreduce of one consolidated buffer was faster than DDP's bucketed allreduce, and the
-paper uses it for every experiment. Phases: `quantize` (flatten + cast and back), `communicate`, `update`.
+gradient. `FlatGradientAllreduce` is that exchange on its own; the AdamW baselines reuse it. Appendix A.2: one
+allreduce of one consolidated buffer was faster than DDP's bucketed allreduce, and the paper uses it for every
+experiment. Phases: `quantize` (flatten + cast and back), `communicate`, `update`.
 A trainable parameter without a gradient takes a zero gradient (keeps ranks in lockstep).
 """
 from __future__ import annotations
@@ -19,6 +20,11 @@ from src.comm.workspace import Workspace
 from src.optim.lion import Lion, evaluate_closure
 
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def trainable(param_groups: list[dict]) -> list[torch.nn.Parameter]:
+    """The parameters of `param_groups` that train, in order (the flat layout of every exchange)."""
+    return [p for g in param_groups for p in g["params"] if p.requires_grad]
 
 
 def fill_missing_grads_(params: list[torch.nn.Parameter]) -> None:
@@ -81,8 +87,7 @@ class GradAllreduceLion(Lion):
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("GradAllreduceLion needs an initialised process group; for one process use Lion")
         self.group = group
-        self._allreduce = FlatGradientAllreduce([p for g in self.param_groups for p in g["params"] if p.requires_grad],
-                                                comm_dtype, group)
+        self._allreduce = FlatGradientAllreduce(trainable(self.param_groups), comm_dtype, group)
         self.comm_dtype, self.world_size = self._allreduce.comm_dtype, self._allreduce.world_size
 
     def wire_bytes(self, numel: int) -> int:

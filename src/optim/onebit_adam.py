@@ -34,8 +34,7 @@ from torch.optim import Optimizer
 
 from src.comm import make_reducer
 from src.comm.workspace import Workspace
-from src.optim.adamw_allreduce import trainable
-from src.optim.grad_allreduce import FlatGradientAllreduce, flatten_into, unflatten_into
+from src.optim.grad_allreduce import FlatGradientAllreduce, flatten_into, trainable, unflatten_into
 from src.optim.lion import evaluate_closure
 from src.utils.timing import PhaseTimer
 
