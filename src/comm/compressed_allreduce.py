@@ -51,7 +51,7 @@ def compress_(x: torch.Tensor, error: torch.Tensor, bits: torch.Tensor) -> torch
     torch.ge(x, 0, out=bits)
     n = x.numel()
     scale = torch.linalg.vector_norm(x) / math.sqrt(n) if n else x.new_zeros(())
-    torch.where(bits, x - scale, x + scale, out=error)
+    error.copy_(bits).mul_(-2).add_(1).mul_(scale).add_(x)  # x + (-+scale): x - scale sign(x), exactly
     return scale
 
 
