@@ -46,7 +46,7 @@ def check_adam_warmup(adam_warmup_steps) -> int:
             f"1-bit Adam: adam_warmup_steps={adam_warmup_steps!r} puts the compression stage at step 1, before any "
             "warm-up step: that stage freezes Adam's variance v as the warm-up left it, and with no warm-up v is 0, "
             "so every step would divide the momentum by eps. Set adam_warmup_steps to at least 1 (the paper warms "
-            "up for 13 of 200 epochs on ResNet-18, 400 of 1848 steps on SQuAD, about 15% of BERT pre-training)")
+            "up for 13 of 200 epochs on ResNet-18 and 400 of 1848 steps on SQuAD)")
     return adam_warmup_steps
 
 
