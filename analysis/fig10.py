@@ -29,7 +29,8 @@ from analysis.runs import Run, load_run  # noqa: E402
 from analysis.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown  # noqa: E402
 
 SEGMENTS = (*PHASES, "other")
-VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
+VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg",
+                 "ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "bitdp1")
 PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}

@@ -13,37 +13,30 @@ paper's 350M-1558M on H100s; the communication share, not the absolute times, is
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 from pathlib import Path
 
 from analysis.fig10 import with_speedup, write
+from experiments.emulated import train_emulated
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1")
+# The neighbouring systems (issue 12), added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
+# in its compression stage (its Adam warm-up is the adamw32 row), so it switches after the first step.
+BASELINE_VARIANTS = ("ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "dlion_mavo")
+VARIANT_OVERRIDES = {"onebit_adam": ["variant.adam_warmup_steps=1"]}
 MODEL = ["model=gpt_mini", "model.params.n_embd=512", "model.params.n_head=8"]
 
 
 def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -> list[str]:
-    return ["+exp=demo", *MODEL, f"variant={variant}", f"train.steps={steps}", "train.timing_skip=2",
-            "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1", "train.progress=false",
-            "checkpoint.every=0", f"run.dir={run_dir}", *extra]
+    return ["+exp=demo", *MODEL, f"variant={variant}", *VARIANT_OVERRIDES.get(variant, []), f"train.steps={steps}",
+            "train.timing_skip=2", "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1",
+            "train.progress=false", "checkpoint.every=0", f"run.dir={run_dir}", *extra]
 
 
 def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str]) -> Path:
     run_dir = out / "runs" / f"{rate}-{variant}"
-    if (run_dir / "summary.json").exists():
-        print(f"[table_a1] {rate} {variant}: reusing {run_dir}", flush=True)
-        return run_dir
-    cmd = [sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", f"rate={rate}", "--",
-           *train_overrides(variant, steps, run_dir, extra)]
-    print(f"[table_a1] {rate} {variant}: {' '.join(cmd[1:])}", flush=True)
-    log = out / "logs" / f"{rate}-{variant}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as f:
-        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise SystemExit(f"[table_a1] {rate} {variant} failed with exit code {code}; see {log}")
-    return run_dir
+    return train_emulated(f"[table_a1] {rate} {variant}", run_dir, train_overrides(variant, steps, run_dir, extra),
+                          out / "logs" / f"{rate}-{variant}.log", rate=rate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,9 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", nargs="+", default=["1gbit", "none"])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    parser.add_argument("--with-baselines", action="store_true", help=f"add {', '.join(BASELINE_VARIANTS)}")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     out = Path(args.out)
-    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in args.variants]
+    variants = args.variants + [v for v in BASELINE_VARIANTS if args.with_baselines and v not in args.variants]
+    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in variants]
     paths = write(with_speedup(run_dirs), out)
     print((out / "table_a1.md").read_text())
     print(f"[table_a1] wrote {', '.join(str(p) for p in paths.values())}")

@@ -23,6 +23,10 @@ from src.optim.factory import validate_variant
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
 PAPER_WORKERS = 8  # Fig. 12: 8 workers on 2 nodes
+# presets of the neighbouring papers (issue 12): their own hyperparameters, checked by test_baseline_presets_*
+BASELINE_PRESETS = {"gpt350m_adamw32": "adamw32", "gpt350m_dlion_mavo": "dlion_mavo",
+                    "gpt350m_dlion_avg": "dlion_avg", "gpt350m_bitdp2": "bitdp2", "gpt350m_bitdp_fp32": "adamw32",
+                    "resnet18_onebit_adam": "onebit_adam", "resnet18_adamw32": "adamw32"}
 
 
 def compose_cfg(overrides: list[str]):
@@ -48,7 +52,7 @@ def test_there_is_a_preset_for_every_experiment():
     expected |= {f"gpt1558m_{v}" for v in ("lion32", "8bit", "4bit")}
     expected |= {"gpt774m_4bit_synchead", "gpt774m_4bit_syncall", "gpt774m_4bit_syncmlp", "gpt774m_4bit_syncattn",
                  "gpt774m_4bit_syncembedhead", "resnet18_lion32", "resnet18_1bit", "deit_tiny_lion32",
-                 "deit_tiny_1bit", "demo"}
+                 "deit_tiny_1bit", "demo", "gpt1558m_ddp_lion32", *BASELINE_PRESETS}
     assert expected <= set(PRESETS), sorted(expected - set(PRESETS))
 
 
@@ -57,7 +61,7 @@ def test_preset_header_names_its_figure_or_table(name):
     text = (CONF / "exp" / f"{name}.yaml").read_text()
     assert text.startswith("# @package _global_\n")
     header = "".join(line for line in text.splitlines()[1:4] if line.startswith("#"))
-    assert re.search(r"Fig\. \w|Table A\.1|make demo", header), header
+    assert re.search(r"Fig\. \w|Table A\.1|Table \d|make demo", header), header
 
 
 def _open_data(cfg, task, model, demo_tokens, synthetic_cifar):
@@ -89,7 +93,7 @@ def test_preset_builds_model_and_data(name, demo_tokens, synthetic_cifar):
         assert count_parameters(model) - head == pytest.approx(int(size.group(1)) * 1e6, rel=0.02)
 
 
-@pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("gpt")])
+@pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith("gpt") and p not in BASELINE_PRESETS])
 def test_gpt_presets_use_appendix_d1_hyperparameters(name):
     cfg = compose_cfg([f"+exp={name}"])
     big = name.startswith("gpt1558m")
@@ -102,12 +106,32 @@ def test_gpt_presets_use_appendix_d1_hyperparameters(name):
         assert cfg.variant.momentum_sync.every == 10 and cfg.variant.momentum_sync.layers != "none"
 
 
-@pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith(("resnet", "deit"))])
+@pytest.mark.parametrize("name", [p for p in PRESETS if p.startswith(("resnet", "deit")) and p not in BASELINE_PRESETS])
 def test_vision_presets_use_appendix_d2_hyperparameters(name):
     cfg = compose_cfg([f"+exp={name}"])
     assert (cfg.optim.lr, cfg.optim.schedule, cfg.optim.weight_decay, cfg.optim.beta1) == (3e-4, "cosine", 1e-4, 0.9)
     assert cfg.train.epochs == (100 if name.startswith("resnet") else 20)
     assert cfg.data.img_size == (32 if name.startswith("resnet") else 224)
+
+
+@pytest.mark.parametrize("name", sorted(BASELINE_PRESETS))
+def test_baseline_presets_use_their_papers_hyperparameters(name):
+    """Distributed Lion Sec. 5 (GPT2++ 350M), BitDP Sec. 4.1 (GPT 350M), 1-bit Adam Sec. 7.2 (ResNet-18)."""
+    cfg = compose_cfg([f"+exp={name}"])
+    o = cfg.optim
+    assert cfg.variant.name == BASELINE_PRESETS[name]
+    if "dlion" in name:
+        assert (o.lr, o.beta1, o.beta2, o.weight_decay, cfg.data.batch_size, cfg.train.steps) == \
+            (9e-5, 0.9, 0.99, 1.0, 15, 14000)
+    elif name == "gpt350m_adamw32":
+        assert (o.lr, o.beta1, o.beta2, o.weight_decay, cfg.data.batch_size, cfg.train.steps) == \
+            (3e-4, 0.95, 0.99, 0.1, 15, 14000)
+    elif "bitdp" in name:
+        assert (o.lr, o.weight_decay, cfg.data.batch_size * cfg.data.block_size * PAPER_WORKERS) == (3e-4, 0.01, 65536)
+    else:
+        assert (o.lr, o.beta1, o.beta2, cfg.data.batch_size, cfg.train.epochs) == (1e-4, 0.9, 0.999, 128, 200)
+        if "onebit" in name:  # 13 of 200 epochs at 48 steps per epoch (8 workers x 128 of 50,000 images)
+            assert cfg.variant.adam_warmup_steps == 13 * (50_000 // (8 * 128))
 
 
 def test_overrides_apply_on_top_of_a_preset():

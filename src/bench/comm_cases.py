@@ -60,6 +60,18 @@ CASES = (
     Case("ps_naive", "parameter server, naive (4-bit)", "ps_naive", {"quant": "sign", "bits": 4}, "ps_naive", 4),
     Case("ps_tree", "parameter server, tree (4-bit)", "ps_tree", {"quant": "sign", "bits": 4}, "ps_tree", 4),
 )
+# The neighbouring papers' aggregations (issue 12), each with its cost-model row (src/comm/cost_model.py):
+# 1-bit Adam's compressed allreduce, BitDP's allgather of 1/2-bit codes (channels of 1024 values, scales allreduced)
+# and Distributed Lion's own wire format (1 bit up, 1-bit majority down) over its three topologies.
+BASELINE_CASES = (
+    Case("onebit_adam", "1-bit Adam compressed allreduce", "compressed_allreduce", {}, "compressed_allreduce", 32),
+    Case("bitdp2", "BitDP 2-bit (allgather of codes)", "bitdp", {"bits": 2, "row_size": 1024}, "bitdp", 32, 2),
+    Case("bitdp1", "BitDP 1-bit (allgather of codes)", "bitdp", {"bits": 1, "row_size": 1024}, "bitdp", 32, 1),
+    Case("dlion_naive", "Distributed Lion MaVo, naive server", "dlion_naive", {}, "dlion_naive", 32, 1),
+    Case("dlion_tree", "Distributed Lion MaVo, tree server", "dlion_tree", {}, "dlion_tree", 32, 1),
+    Case("dlion_allgather", "Distributed Lion MaVo, allgather", "dlion_allgather", {}, "dlion_allgather", 32, 1),
+)
+CASES = CASES + BASELINE_CASES
 CASE_NAMES = tuple(c.name for c in CASES)
 BY_NAME = {c.name: c for c in CASES}
 

@@ -3,29 +3,43 @@
 `make_reducer(name, group=None, **options)` builds one; `reducer.reduce(update, step)` aggregates this rank's flat
 update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends for it.
 
-| name       | algorithm                                                   | options                                  |
-|------------|-------------------------------------------------------------|------------------------------------------|
-| `pbit`     | SUM allreduce of packed low-bit fields (widened to fit)     | quant, levels, bits, vote, zeros, seed   |
-| `onebit`   | all-to-all + local majority + allgather, 1 bit each way     | zeros                                    |
-| `ps_naive` | parameter server, point-to-point                            | as pbit                                  |
-| `ps_tree`  | parameter server, gather + broadcast                        | as pbit                                  |
-| `fp32`     | allreduce of raw updates in float32, then sign              | vote                                     |
-| `bf16`     | allreduce of raw updates in bfloat16, then sign             | vote                                     |
+| name                   | algorithm                                                            | options        |
+|------------------------|----------------------------------------------------------------------|----------------|
+| `pbit`                 | SUM allreduce of packed low-bit fields (widened to fit)              | see below      |
+| `onebit`               | all-to-all + local majority + allgather, 1 bit each way              | zeros          |
+| `ps_naive`             | parameter server, point-to-point; `bits`-wide fields, exact sum      | as pbit        |
+| `ps_tree`              | parameter server, gather + broadcast; `bits`-wide fields, exact sum  | as pbit        |
+| `fp32`                 | allreduce of raw updates in float32, then sign                       | vote           |
+| `bf16`                 | allreduce of raw updates in bfloat16, then sign                      | vote           |
+| `dlion_naive`          | D-Lion: 1-bit votes up, 1-bit majority or log2(N)+1-bit count down   | vote, zeros    |
+| `dlion_tree`           | D-Lion as dlion_naive (point-to-point), over gather + broadcast      | vote, zeros    |
+| `dlion_allgather`      | D-Lion without a server: allgather of the votes, local vote          | vote, zeros    |
+| `compressed_allreduce` | 1-bit Adam: error-compensated 1-bit all-to-all + allgather, scales   | (none)         |
+| `bitdp`                | BitDP: channel-scaled 1/2-bit codes allgathered, scales allreduced   | see below      |
 
-Every reducer also takes `chunk` and `compile` (the pipelined, fused hot path: src/comm/chunked.py), `world_size`/
-`rank` (to plan without a process group), `segments` (per-layer scales), `check_finite` (opt-in, a host sync) and
-`timer`. Besides `reduce`, these reducers offer `run(source, sink, step, numel, device)`, which LionCub uses to
-reduce without ever holding the whole update vector or direction.
+`pbit` takes quant, levels, bits, vote, zeros, seed; `bitdp` takes bits, threshold, rows, row_size.
+`ps_naive`/`ps_tree` are the parameter servers of the Lion Cub paper's Table 1 carrying our packed p-bit encoding
+(the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/dlion.py).
+
+Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` and `compile` (the pipelined,
+fused hot path: src/comm/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
+scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, they offer `run(source, sink, step,
+numel, device)`, which LionCub uses to reduce without ever holding the whole update vector or direction; the
+neighbours' reducers (`dlion_*`, `compressed_allreduce`, `bitdp`) offer `reduce` alone (see each class for its
+options).
 """
 from __future__ import annotations
 
 import inspect
 
 from src.comm.base import NonFiniteUpdateError, Reducer, tie_value
+from src.comm.compressed_allreduce import CompressedAllreduce
+from src.comm.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
 from src.comm.full_precision import FullPrecisionReducer
 from src.comm.onebit import OneBitReducer
 from src.comm.param_server import NaiveParameterServer, TreeParameterServer
 from src.comm.pbit import PBitReducer, largest_world_size
+from src.comm.ultra_low_bit import UltraLowBitAllreduce
 
 REDUCERS = {
     "pbit": PBitReducer,
@@ -34,6 +48,11 @@ REDUCERS = {
     "ps_tree": TreeParameterServer,
     "fp32": FullPrecisionReducer,
     "bf16": FullPrecisionReducer,
+    "dlion_naive": NaiveDistributedLion,
+    "dlion_tree": TreeDistributedLion,
+    "dlion_allgather": AllgatherDistributedLion,
+    "compressed_allreduce": CompressedAllreduce,
+    "bitdp": UltraLowBitAllreduce,
 }
 
 

@@ -35,6 +35,7 @@ from src.dist.setup import (
     shutdown,
 )
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
+from src.engine.ddp import wrap_model
 from src.errors import SetupError
 from src.engine.loop import PRECISIONS, LoopResult, train
 from src.engine.schedule import LRSchedule
@@ -49,6 +50,7 @@ from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
 from src.optim.factory import build_optimizer, validate_variant
+from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
 from src.reliability.hooks import StepHooks, check_reliability_config
@@ -283,6 +285,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
         optimizer = build_optimizer(model, cfg.variant, lr=float(o.lr), betas=(float(o.beta1), float(o.beta2)),
                                     weight_decay=float(o.weight_decay))
         progress = _resume(plan, model, optimizer, task)
+        trained = wrap_model(model, cfg.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
@@ -294,14 +297,15 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
                            world_size=ctx.world_size, seed=int(cfg.seed), run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
         with stop.installed():
-            result = train(task, model, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
+            result = train(task, trained, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                    "train_time": result.train_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
                    "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
                    "skipped_steps": hooks.progress.skipped_steps,
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
-                   "interrupted_at": hooks.interrupted.step if hooks.interrupted else None}
+                   "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
+                   "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)

@@ -1,6 +1,7 @@
 """Build the optimizer of a variant config (`conf/variant/*.yaml`) for a model, and validate it up front.
 
-A variant mapping holds `optimizer` (`lion` | `lion_grad_allreduce` | `lion_cub`), and per kind `comm_dtype`
+A variant mapping holds `optimizer` (`lion` | `lion_grad_allreduce` | `lion_cub`, or one of the baselines of
+src.optim.baselines: `adamw_grad_allreduce` | `onebit_adam` | `bitdp` | `ddp`), and per kind `comm_dtype`
 (gradient allreduce: fp32 | bf16 | fp16), `reducer` (`{name, quant, levels, bits, vote, zeros, ...}`) and
 `momentum_sync` (`{every, layers}`). Learning rate, betas and weight decay come from the optim config.
 
@@ -15,13 +16,15 @@ from typing import Mapping
 import torch
 
 from src.comm import make_reducer
-from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion
+from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
+from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion, trainable
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases
 
-OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub")
-_KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync"}}
+OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
+_KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync"},
+         **BASELINE_KEYS}
 _ALWAYS = {"name", "optimizer"}
 
 
@@ -59,6 +62,9 @@ def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module |
                          f"{world_size}; use lion_grad_allreduce (Lion 32/16-bit) or lion_cub")
     if kind == "lion_grad_allreduce" and variant.get("comm_dtype", "fp32") not in COMM_DTYPES:
         raise ValueError(f"unknown comm_dtype {variant.get('comm_dtype')!r}; choose one of {', '.join(COMM_DTYPES)}")
+    if kind in BASELINE_KEYS:
+        params = None if model is None else trainable(parameter_groups(model, 0.0))
+        return validate_baseline(kind, variant, world_size, model, params)
     if kind != "lion_cub":
         return
     options = dict(variant.get("reducer") or {})
@@ -92,5 +98,8 @@ def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, beta
     if kind == "lion_grad_allreduce":
         return GradAllreduceLion(groups, lr=lr, betas=betas, weight_decay=weight_decay,
                                  comm_dtype=variant.get("comm_dtype", "fp32"), group=group)
+    if kind in BASELINE_KEYS:
+        return build_baseline(kind, model, variant, groups, lr=lr, betas=betas, weight_decay=weight_decay,
+                              group=group)
     return LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
                    momentum_sync=variant.get("momentum_sync"), group=group)

@@ -3,8 +3,9 @@ Table A.1, Appendix A.2).
 
 Each step, all gradients are flattened into one buffer in the communication dtype (`fp32`, `bf16` or `fp16`),
 allreduced once (SUM), written back to `.grad` and divided by world_size there, and plain Lion steps on the
-averaged gradient. Appendix A.2: one allreduce of one consolidated buffer was faster than DDP's bucketed allreduce,
-and the paper uses it for every experiment. Phases: `quantize` (flatten + cast and back), `communicate`, `update`.
+averaged gradient. `FlatGradientAllreduce` is that exchange on its own; the AdamW and 1-bit Adam baselines reuse it.
+Appendix A.2: one allreduce of one consolidated buffer was faster than DDP's bucketed allreduce, and the paper uses
+it for every experiment. Phases: `quantize` (flatten + cast and back), `communicate`, `update`.
 A trainable parameter without a gradient takes a zero gradient (keeps ranks in lockstep).
 
 Flattening and writing back are foreach ops over all parameters (no per-parameter Python loop of kernels): the
@@ -26,6 +27,69 @@ from src.optim.lion import Lion, evaluate_closure
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def trainable(param_groups: list[dict]) -> list[torch.nn.Parameter]:
+    """The parameters of `param_groups` that train, in order (the flat layout of every exchange)."""
+    return [p for g in param_groups for p in g["params"] if p.requires_grad]
+
+
+def fill_missing_grads_(params: list[torch.nn.Parameter]) -> None:
+    """Give every parameter without a gradient a zero one (every rank keeps the same flat layout)."""
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+def flatten_into(flat: torch.Tensor, tensors: list[torch.Tensor], sizes: list[int]) -> torch.Tensor:
+    """Copy `tensors` one after the other into the flat buffer `flat` (cast to its dtype)."""
+    torch._foreach_copy_(list(flat.split(sizes)), [t.reshape(-1) for t in tensors])
+    return flat
+
+
+def unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor, sizes: list[int]) -> None:
+    """Copy the consecutive pieces of `flat` back into `tensors` (cast to their dtypes)."""
+    torch._foreach_copy_(tensors, [c.view_as(t) for c, t in zip(flat.split(sizes), tensors)])
+
+
+class FlatGradientAllreduce:
+    """Average the gradients of `params` across the ranks of `group` with one flat SUM allreduce in `comm_dtype`."""
+
+    def __init__(self, params: list[torch.nn.Parameter], comm_dtype: str = "fp32", group=None):
+        if comm_dtype not in COMM_DTYPES:
+            raise ValueError(f"unknown comm_dtype {comm_dtype!r}; choose one of {', '.join(COMM_DTYPES)}")
+        if not dist.is_available() or not dist.is_initialized():
+            raise ValueError("a gradient allreduce needs an initialised process group")
+        self.params, self.group, self.comm_dtype = params, group, COMM_DTYPES[comm_dtype]
+        self.world_size = dist.get_world_size(group)
+        self.sizes = [p.numel() for p in params]
+        self.workspace = Workspace()
+        self._views: list[torch.Tensor] | None = None
+
+    def _flat_buffer(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The reused flat communication buffer, and one view of it per parameter (shaped like the parameter)."""
+        flat = self.workspace.get("grads", sum(self.sizes), self.comm_dtype, self.params[0].device)
+        if self._views is None or self._views[0].data_ptr() != flat.data_ptr():
+            self._views = [c.view_as(p) for p, c in zip(self.params, flat.split(self.sizes))]
+        return flat, self._views
+
+    def wire_bytes(self, numel: int | None = None) -> int:
+        numel = sum(self.sizes) if numel is None else numel
+        return ring_allreduce_bytes(numel * self.comm_dtype.itemsize, self.world_size)
+
+    @torch.no_grad()
+    def __call__(self, timer) -> None:
+        """Replace every `.grad` by its average over the ranks (a missing gradient counts as zero)."""
+        fill_missing_grads_(self.params)
+        grads = [p.grad for p in self.params]
+        with timer.phase("quantize"):
+            flat, views = self._flat_buffer()
+            torch._foreach_copy_(views, grads)
+        with timer.phase("communicate"):
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+        with timer.phase("quantize"):
+            torch._foreach_copy_(grads, views)
+            torch._foreach_div_(grads, self.world_size)
+
+
 class GradAllreduceLion(Lion):
     """`GradAllreduceLion(params, lr, betas, weight_decay, comm_dtype="fp32", group=None)`."""
 
@@ -36,37 +100,15 @@ class GradAllreduceLion(Lion):
         super().__init__(params, lr=lr, betas=betas, weight_decay=weight_decay)
         if not dist.is_available() or not dist.is_initialized():
             raise ValueError("GradAllreduceLion needs an initialised process group; for one process use Lion")
-        self.group, self.comm_dtype = group, COMM_DTYPES[comm_dtype]
-        self.world_size = dist.get_world_size(group)
-        self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        self._sizes = [p.numel() for p in self._params]
-        self._workspace = Workspace()
-        self._views: list[torch.Tensor] | None = None
+        self.group = group
+        self._allreduce = FlatGradientAllreduce(trainable(self.param_groups), comm_dtype, group)
+        self.comm_dtype, self.world_size = self._allreduce.comm_dtype, self._allreduce.world_size
 
     def wire_bytes(self, numel: int) -> int:
-        return ring_allreduce_bytes(numel * self.comm_dtype.itemsize, self.world_size)
+        return self._allreduce.wire_bytes(numel)
 
-    def _flat_buffer(self) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The reused flat communication buffer, and one view of it per parameter (shaped like the parameter)."""
-        flat = self._workspace.get("grads", sum(self._sizes), self.comm_dtype, self._params[0].device)
-        if self._views is None or self._views[0].data_ptr() != flat.data_ptr():
-            self._views = [c.view_as(p) for p, c in zip(self._params, flat.split(self._sizes))]
-        return flat, self._views
-
-    @torch.no_grad()
     def allreduce_gradients(self) -> None:
-        for p in self._params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in self._params]
-        with self.timer.phase("quantize"):
-            flat, views = self._flat_buffer()
-            torch._foreach_copy_(views, grads)
-        with self.timer.phase("communicate"):
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
-        with self.timer.phase("quantize"):
-            torch._foreach_copy_(grads, views)
-            torch._foreach_div_(grads, self.world_size)
+        self._allreduce(self.timer)
 
     @torch.no_grad()
     def step(self, closure=None):

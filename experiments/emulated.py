@@ -1,0 +1,28 @@
+"""Train one run on the emulated cluster (`src.launch.emulate`, root needed), for the experiment drivers.
+
+`train_emulated(tag, run_dir, overrides, log, nodes, nproc_per_node, rate)` reuses `run_dir` when it already holds
+a summary.json (an interrupted sweep continues where it stopped), otherwise runs
+`python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=.. -- <overrides>` with its output in `log`, and
+stops the sweep (SystemExit naming the log) when the run fails.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def train_emulated(tag: str, run_dir: Path, overrides: list[str], log: Path, nodes: int = 2,
+                   nproc_per_node: int = 2, rate: str = "1gbit") -> Path:
+    if (run_dir / "summary.json").exists():
+        print(f"{tag}: reusing {run_dir}", flush=True)
+        return run_dir
+    cmd = [sys.executable, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
+           f"rate={rate}", "--", *overrides]
+    print(f"{tag}: {' '.join(cmd[1:])}", flush=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as f:
+        code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise SystemExit(f"{tag} failed with exit code {code}; see {log}")
+    return run_dir

@@ -1,0 +1,65 @@
+"""The baselines' variant kinds: their config keys, checks and construction (called by src.optim.factory).
+
+| optimizer              | what                                                            | keys              |
+|------------------------|-----------------------------------------------------------------|-------------------|
+| `adamw_grad_allreduce` | G-AdamW: AdamW on one flat gradient allreduce (D-Lion, Sec. 5)  | comm_dtype        |
+| `onebit_adam`          | 1-bit Adam (arXiv:2102.02888, Algorithm 1)                      | adam_warmup_steps |
+| `bitdp`                | BitDP: channel-wise 1/2-bit gradients of linear layers + AdamW  | bits, threshold, layers |
+| `ddp`                  | PyTorch DDP + Lion or AdamW (Lion Cub, Fig. A.3 "Default")      | inner, comm_hook, |
+|                        |                                                                 | bucket_cap_mb     |
+
+Learning rate, betas and weight decay come from the optim config, as for Lion (conf/optim/*_adamw.yaml hold the
+Adam papers' values). Everything is checked before a process group exists, with the numbers in the message.
+"""
+from __future__ import annotations
+
+import torch
+
+from src.comm import make_reducer
+from src.optim.adamw_allreduce import GradAllreduceAdamW
+from src.optim.bitdp import BitDP, compressed_rows
+from src.optim.ddp import DDPAdamW, DDPLion, check_ddp_options
+from src.optim.grad_allreduce import COMM_DTYPES, trainable
+from src.optim.onebit_adam import OneBitAdam, check_adam_warmup
+
+BASELINE_KEYS = {
+    "adamw_grad_allreduce": {"comm_dtype"},
+    "onebit_adam": {"adam_warmup_steps"},
+    "bitdp": {"bits", "threshold", "layers"},
+    "ddp": {"inner", "comm_hook", "bucket_cap_mb"},
+}
+
+
+def _bitdp_options(variant: dict) -> dict:
+    return dict(bits=variant.get("bits", 2), threshold=float(variant.get("threshold", 0.75)))
+
+
+def validate_baseline(kind: str, variant: dict, world_size: int, model: torch.nn.Module | None,
+                      params: list[torch.Tensor] | None) -> None:
+    """Raise ValueError naming the numbers when the baseline `variant` cannot run at `world_size` on `model`
+    (whose trainable parameters, in the optimizer's order, are `params`)."""
+    if kind == "adamw_grad_allreduce" and variant.get("comm_dtype", "fp32") not in COMM_DTYPES:
+        raise ValueError(f"unknown comm_dtype {variant.get('comm_dtype')!r}; choose one of {', '.join(COMM_DTYPES)}")
+    if kind == "onebit_adam":
+        check_adam_warmup(variant.get("adam_warmup_steps"))
+    if kind == "ddp":
+        check_ddp_options(variant.get("inner", "lion"), variant.get("comm_hook", "none"),
+                          variant.get("bucket_cap_mb", 25))
+    if kind == "bitdp":
+        make_reducer("bitdp", world_size=world_size, rank=0, **_bitdp_options(variant))
+        if model is not None:
+            compressed_rows(model, params, variant.get("layers", "all"))
+
+
+def build_baseline(kind: str, model: torch.nn.Module, variant: dict, groups: list[dict], *, lr: float,
+                   betas: tuple[float, float], weight_decay: float, group=None) -> torch.optim.Optimizer:
+    common = dict(lr=lr, betas=betas, weight_decay=weight_decay)
+    if kind == "adamw_grad_allreduce":
+        return GradAllreduceAdamW(groups, comm_dtype=variant.get("comm_dtype", "fp32"), group=group, **common)
+    if kind == "onebit_adam":
+        return OneBitAdam(groups, adam_warmup_steps=variant["adam_warmup_steps"], group=group, **common)
+    if kind == "bitdp":
+        rows = compressed_rows(model, trainable(groups), variant.get("layers", "all"))
+        return BitDP(groups, rows=rows, group=group, **_bitdp_options(variant), **common)
+    cls = DDPLion if variant.get("inner", "lion") == "lion" else DDPAdamW
+    return cls(groups, comm_hook=variant.get("comm_hook", "none"), group=group, **common)
