@@ -49,6 +49,15 @@ def tie_value(step: int, zeros: str) -> int:
     raise ValueError(f"tie rule {zeros!r} does not resolve zeros; choose one of alternate, plus, minus")
 
 
+def votes_into(update: torch.Tensor, step: int, zeros: str, out: torch.Tensor) -> torch.Tensor:
+    """1-bit votes (True = +1) of sign(update) with zeros resolved by the tie rule, written into a bool `out`.
+
+    sign(x) with a zero turned into +1 is x >= 0, and into -1 is x > 0: one comparison, no quantizer pass.
+    """
+    compare = torch.ge if tie_value(step, zeros) > 0 else torch.gt
+    return compare(update, 0, out=out)
+
+
 def check_choice(what: str, value, choices: Sequence) -> None:
     if value not in choices:
         raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(map(str, choices))}")
