@@ -155,10 +155,10 @@ class CompressedAllreduce(Reducer):
         for k, (offset, length) in enumerate(p.segments):
             end = offset + length
             scales[k] = compress_(x[offset:end], worker_error[offset:end], bits[offset:end])
-        packed = pack(bits.view(torch.uint8), 1, workspace=self.workspace)
         send = self.workspace.get("send", self.world_size * p.up_bytes, torch.uint8, update.device)
         rows = send.view(self.world_size, p.up_bytes)
-        rows[:, :p.chunk // 8].copy_(packed.view(self.world_size, -1))
+        for row, chunk_bits in zip(rows, bits.view(self.world_size, p.chunk)):  # one packed row per destination
+            row[:p.chunk // 8].copy_(pack(chunk_bits.view(torch.uint8), 1))
         rows[:, p.chunk // 8:].copy_(scales.view(torch.uint8))
         return send
 
@@ -187,7 +187,7 @@ class CompressedAllreduce(Reducer):
         for n, piece in enumerate(pieces):
             end = piece.start + piece.length
             out_scales[n] = compress_(y[piece.start:end], server_error[piece.start:end], bits[piece.start:end])
-        out[:sign_bytes].copy_(pack(bits.view(torch.uint8), 1, workspace=self.workspace))
+        out[:sign_bytes].copy_(pack(bits.view(torch.uint8), 1))
         out[sign_bytes:].copy_(out_scales.view(torch.uint8))
         return out
 
@@ -195,9 +195,10 @@ class CompressedAllreduce(Reducer):
         sign_bytes = p.chunk // 8
         rows = gathered.view(self.world_size, p.down_bytes)
         scales = rows[:, sign_bytes:].contiguous().view(torch.float32)  # (world_size, server_scales)
-        signs = unpack(rows[:, :sign_bytes].contiguous(), 1, self.world_size * p.chunk)
         result = self.workspace.get("result", self.world_size * p.chunk, torch.float32, gathered.device)
-        result.copy_(signs).mul_(2).sub_(1)
+        for row, values in zip(rows, result.view(self.world_size, p.chunk)):  # each server's packed signs
+            values.copy_(unpack(row[:sign_bytes], 1, p.chunk))
+        result.mul_(2).sub_(1)
         for j, pieces in enumerate(p.pieces):
             for n, piece in enumerate(pieces):
                 start = j * p.chunk + piece.start

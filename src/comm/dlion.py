@@ -48,7 +48,7 @@ def count_bits(world_size: int) -> int:
 
 def count_field_width(world_size: int) -> int | None:
     """The narrowest packable field width for counts up to `world_size`; None when none (more than 8 bits)."""
-    return next((w for w in FIELD_WIDTHS if count_bits(world_size) <= w), None)
+    return next((w for w in FIELD_WIDTHS if w <= 8 and count_bits(world_size) <= w), None)  # counts travel in bytes
 
 
 class DistributedLionReducer(Reducer):
@@ -88,14 +88,14 @@ class DistributedLionReducer(Reducer):
         votes = self.workspace.get("votes", padded, torch.bool, update.device, zero=True)
         votes_into(update, step, self.zeros, votes[:numel])
         packed = self.workspace.get("packed", padded // 8, torch.uint8, update.device)
-        return pack(votes.view(torch.uint8), 1, out=packed, workspace=self.workspace)
+        return packed.copy_(pack(votes.view(torch.uint8), 1))
 
     def count_votes(self, gathered: torch.Tensor, numel: int) -> torch.Tensor:
         """T per value: how many of the `world_size` packed vote vectors (consecutive in `gathered`) hold +1."""
         total = self.workspace.get("count", numel, self._count_dtype, gathered.device)
         total.zero_()
         for row in gathered.view(self.world_size, -1):
-            total.add_(unpack(row, 1, numel, workspace=self.workspace))
+            total.add_(unpack(row, 1, numel))
         return total
 
     def majority(self, count: torch.Tensor, step: int, numel: int) -> torch.Tensor:
@@ -113,11 +113,11 @@ class DistributedLionReducer(Reducer):
         count = self.count_votes(gathered, numel)
         out = self.workspace.get("down", self.down_bytes(numel), torch.uint8, gathered.device)
         if self.vote == "majority":
-            return pack(self.majority(count, step, numel).view(torch.uint8), 1, out=out, workspace=self.workspace)
+            return out.copy_(pack(self.majority(count, step, numel).view(torch.uint8), 1))
         per_byte = 8 // self.down_bits
         fields = self.workspace.get("fields", -(-numel // per_byte) * per_byte, torch.uint8, count.device, zero=True)
         fields[:numel].copy_(count)
-        return pack(fields, self.down_bits, out=out, workspace=self.workspace)
+        return out.copy_(pack(fields, self.down_bits))
 
     def direction(self, values: torch.Tensor, numel: int, *, bits: bool) -> torch.Tensor:
         """float32 direction from 1-bit majority `bits` (2b - 1) or from counts T ((2T - N) / N, one rounding)."""
@@ -128,7 +128,7 @@ class DistributedLionReducer(Reducer):
         return direction.sub_(self.world_size).div_(self.world_size)
 
     def decode(self, down: torch.Tensor, numel: int) -> torch.Tensor:
-        values = unpack(down, self.down_bits, numel, workspace=self.workspace)
+        values = unpack(down, self.down_bits, numel)
         return self.direction(values, numel, bits=self.vote == "majority")
 
     # --- the step -----------------------------------------------------------------------------------------------

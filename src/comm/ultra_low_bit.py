@@ -175,7 +175,7 @@ class UltraLowBitAllreduce(Reducer):
             dense[scale_at:scale_at + length].copy_(g[offset:offset + length])
             scale_at += length
         packed = self.workspace.get("packed", packed_numel(layout.code_numel, self.bits), torch.uint8, g.device)
-        return pack(fields, self.bits, out=packed, workspace=self.workspace), dense
+        return packed.copy_(pack(fields, self.bits)), dense
 
     def sum_codes(self, gathered: torch.Tensor, layout: Layout) -> torch.Tensor:
         """q_sum per value: the N code vectors summed locally (exact at any world size)."""
@@ -183,7 +183,7 @@ class UltraLowBitAllreduce(Reducer):
         count = self.workspace.get("count", numel, self._count_dtype, gathered.device)
         count.zero_()
         for row in gathered.view(self.world_size, -1):
-            count.add_(unpack(row, self.bits, numel, workspace=self.workspace))
+            count.add_(unpack(row, self.bits, numel))
         # 1 bit: the fields are (q + 1) / 2, so q_sum = 2 count - N; 2 bits: the fields are q + 1, q_sum = count - N
         return count.mul_(2).sub_(self.world_size) if self.bits == 1 else count.sub_(self.world_size)
 

@@ -7,7 +7,8 @@ a model paired with the wrong data kind is reported alone (the other problems wo
 
 Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
 `network.env` (environment variables), `variant.reducer` and `variant.momentum_sync` (checked by
-`src.optim.factory.validate_variant`, which names the valid options), `logger.tags`.
+`src.optim.factory.validate_variant`, which names the valid options; it also checks the combinations of the
+baselines' keys), `logger.tags`.
 """
 from __future__ import annotations
 
@@ -142,6 +143,14 @@ class Variant:
     comm_dtype: str | None
     reducer: dict | None
     momentum_sync: dict | None
+    # the neighbours' baselines (docs/baselines.md); their combinations are checked by validate_variant
+    adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)
+    bits: Count | None  # BitDP: 1 or 2
+    threshold: Annotated[float, Range(gt=0)] | None  # BitDP's sparsity threshold
+    layers: str | None  # BitDP: which linear layers are compressed
+    inner: str | None  # DDP: the optimizer DDP wraps
+    comm_hook: str | None  # DDP: null or bf16
+    bucket_cap_mb: Annotated[float, Range(gt=0)] | None  # DDP's bucket size
 
 
 @dataclass
