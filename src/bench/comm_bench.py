@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from src.bench.comm_cases import Case, prepare, select
+from src.bench.comm_cases import Case, is_pipelined, prepare, select
 from src.launch.netns import format_rate, parse_rate
 from src.launch.smoke import link_tx_bytes
 
@@ -138,7 +138,7 @@ def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bo
     bits = one_chunk.bits
     del one_chunk
     end_to_end = stats
-    if case.reducer is not None:
+    if is_pipelined(case):
         pipelined = prepare(case, update, compile=compile)
         end_to_end = _samples(pipelined, reps, warmup, clock, False, with_spans=False)
         del pipelined

@@ -24,6 +24,7 @@ than full words, so the comparison isolates the communication pattern. The gradi
 """
 from __future__ import annotations
 
+import inspect
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Callable, Iterator
 import torch
 
 from src.bench.core_throughput import layer_segments
-from src.comm import make_reducer
+from src.comm import REDUCERS, make_reducer
 from src.optim.grad_allreduce import GradAllreduceLion
 from src.utils.timing import PhaseTimer
 
@@ -121,6 +122,11 @@ def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> P
     return Prepared(lambda _k: optimizer.allreduce_gradients(), timer, optimizer.wire_bytes(update.numel()))
 
 
+def is_pipelined(case: Case) -> bool:
+    """Whether the case's reducer runs chunk by chunk (takes `chunk` and `compile`): Lion Cub's reducers do."""
+    return case.reducer is not None and "chunk" in inspect.signature(REDUCERS[case.reducer].__init__).parameters
+
+
 def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile="auto") -> Prepared:
     """Build the case's reducer (or gradient allreduce) for `update` on the default process group; `chunk=0` runs
     the reduction as one chunk (nothing pipelined: its communicate phase is the collective alone), None keeps the
@@ -129,8 +135,9 @@ def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile=
     numel = update.numel()
     if case.reducer is None:
         return _grad_allreduce(update, case.options["dtype"], timer)
-    options = dict(case.options, compile=compile) if chunk is None else dict(case.options, chunk=chunk,
-                                                                               compile=compile)
+    options = dict(case.options)
+    if is_pipelined(case):  # the neighbours' reducers run as one piece and take neither option
+        options.update(compile=compile) if chunk is None else options.update(chunk=chunk, compile=compile)
     reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **options)
     return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel),
                     getattr(reducer, "bits", None) if case.bits else None)
