@@ -102,7 +102,7 @@ class CompressedAllreduce(Reducer):
     name = "compressed_allreduce"
 
     def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None,
-                 segments: Sequence[int] | None = None, check_finite: bool = True, timer=None):
+                 segments: Sequence[int] | None = None, check_finite: bool = False, timer=None):
         super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
                          timer=timer)
         self.worker_error: torch.Tensor | None = None

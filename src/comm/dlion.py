@@ -57,7 +57,7 @@ class DistributedLionReducer(Reducer):
     name = "dlion"
 
     def __init__(self, group=None, *, vote: str = "majority", zeros: str = "minus", world_size: int | None = None,
-                 rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = True,
+                 rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = False,
                  timer=None):
         super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
                          timer=timer)

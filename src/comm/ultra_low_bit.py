@@ -123,7 +123,7 @@ class UltraLowBitAllreduce(Reducer):
 
     def __init__(self, group=None, *, bits: int = 2, threshold: float = THRESHOLD, rows: Sequence[int] | None = None,
                  row_size: int | None = None, world_size: int | None = None, rank: int | None = None,
-                 segments: Sequence[int] | None = None, check_finite: bool = True, timer=None):
+                 segments: Sequence[int] | None = None, check_finite: bool = False, timer=None):
         super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
                          timer=timer)
         if bits not in BITS:
