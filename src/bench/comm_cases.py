@@ -32,7 +32,8 @@ from typing import Callable, Iterator
 import torch
 
 from src.bench.core_throughput import layer_segments
-from src.comm import make_reducer
+from src.comm import REDUCERS, make_reducer
+from src.comm.chunked import ChunkedReducer
 from src.optim.grad_allreduce import GradAllreduceLion
 from src.utils.timing import PhaseTimer
 
@@ -129,8 +130,9 @@ def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile=
     numel = update.numel()
     if case.reducer is None:
         return _grad_allreduce(update, case.options["dtype"], timer)
-    options = dict(case.options, compile=compile) if chunk is None else dict(case.options, chunk=chunk,
-                                                                               compile=compile)
+    options = dict(case.options)
+    if issubclass(REDUCERS[case.reducer], ChunkedReducer):  # the neighbours' reducers are not pipelined
+        options.update(compile=compile, **({} if chunk is None else {"chunk": chunk}))
     reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **options)
     return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel),
                     getattr(reducer, "bits", None) if case.bits else None)
