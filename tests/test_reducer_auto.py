@@ -23,7 +23,8 @@ from src.comm.network_fit import NetworkCosts, network_costs, read_network_fit, 
 from src.engine.run import preflight
 from src.engine.schema import config_problems
 from src.errors import SetupError
-from src.optim.factory import build_optimizer, validate_variant
+from src.optim import LionCub
+from src.optim.factory import build_optimizer, parameter_groups, validate_variant
 
 N = 48_700_000
 AUTO = yaml.safe_load((REPO / "conf/variant/cub_auto.yaml").read_text())
@@ -166,7 +167,11 @@ def _train(variant: dict, network, steps: int = 4):
     rank = tdist.get_rank()
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(7, 13), torch.nn.Tanh(), torch.nn.Linear(13, 3))
-    opt = build_optimizer(model, variant, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, network=network)
+    if network is None:  # the explicit reducer, built directly (not through the factory under test)
+        opt = LionCub(parameter_groups(model, 0.1), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1,
+                      reducer=variant["reducer"])
+    else:
+        opt = build_optimizer(model, variant, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1, network=network)
     monitor = HostMonitor()
     for step in range(1, steps + 1):
         g = torch.Generator().manual_seed(100 * step + rank)
@@ -176,7 +181,8 @@ def _train(variant: dict, network, steps: int = 4):
         with watch_collectives(monitor):
             opt.step()
     choice = getattr(opt, "reducer_choice", None)
-    return [p.detach().clone() for p in model.parameters()], choice and choice.record(), monitor.violations
+    built = (opt.reducer.name, opt.reducer.bits)
+    return [p.detach().clone() for p in model.parameters()], choice and choice.record(), monitor.violations, built
 
 
 @pytest.mark.parametrize("alpha,beta,expected", [(1e-6, 1e-6, ("onebit", 1)), (1e-3, 0.0, ("pbit", 2))])
@@ -189,9 +195,10 @@ def test_auto_trains_bitwise_like_the_chosen_variant(dist, tmp_path, alpha, beta
     record = outs[0][1]
     assert (record["chosen"], record["bits"]) == expected and record["source"] == str(path)
     assert outs[1][1] == record and outs[0][2] == outs[1][2] == []
-    explicit = {**auto, "name": "explicit", "reducer": record["reducer"]}
-    for (auto_params, _, _), (explicit_params, none, _) in zip(outs, dist(2, _train, explicit, None)):
-        assert none is None
+    assert outs[0][3] == outs[1][3] == expected  # the reducer built is the one recorded
+    explicit = {"reducer": record["reducer"]}
+    for (auto_params, _, _, _), (explicit_params, none, _, built) in zip(outs, dist(2, _train, explicit, None)):
+        assert none is None and built == expected
         assert all(torch.equal(a, b) for a, b in zip(auto_params, explicit_params))
     assert not all(torch.equal(a, b) for a, b in zip(outs[0][0], _initial()))  # it did train
 
