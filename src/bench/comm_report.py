@@ -10,8 +10,8 @@ size, each variant's `reduce()` end to end against the fp32 allreduce of the sam
 limit, beside the collective alone (issue 11's goal 1). Writes summary.md, fit.json and model.csv (the fitted
 model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
 --out-dir), and prints the tables. Per rate it also writes `network_fit_<rate>.json` (alpha, beta and where they
-come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The figures are drawn from those files by `python -m analysis.fig2_comm` (which
-never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
+come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The figures are drawn
+from those files by `python -m analysis.fig2_comm` (which never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
 src.bench.comm_suite), when present, adds the benchmark's wall time.
 """
 from __future__ import annotations
