@@ -17,6 +17,7 @@ import pytest
 
 from src.bench.comm_bench import COLUMNS, QUICK_SIZES, summarise_call
 from src.bench.comm_cases import CASES, CASE_NAMES, select
+from src.comm.network_fit import read_network_fit
 from src.bench.comm_model import (FIT_CASES, RANKED_CASES, end_to_end_table, fit, fit_network, kendall_tau, limit,
                                   predict, ranking_agreement, ratio_table, terms)
 from src.launch.netns import EmulatorUnavailable, check_prerequisites
@@ -153,6 +154,8 @@ def test_quick_benchmark_writes_rows_that_fit_and_report(tmp_path):
     assert report([str(out), "--ratio-numel", str(QUICK_SIZES[-1])]) == 0
     summary = (tmp_path / "summary.md").read_text()
     assert "alpha =" in summary and "Lion 32-bit / Lion Cub" in summary and "reduce() end to end" in summary
+    stored = read_network_fit(tmp_path / f"network_fit_{rows[0]['rate']}.json")  # what reducer: auto reads
+    assert (stored.alpha, stored.beta) == pytest.approx((fitted.alpha, fitted.beta), rel=1e-9)
     assert figure([str(out)]) == 0
     assert (tmp_path / "fig2_comm_sizes.png").stat().st_size > 0 and (tmp_path / "fig2_comm_scaling.png").exists()
 

@@ -24,7 +24,6 @@ than full words, so the comparison isolates the communication pattern. The gradi
 """
 from __future__ import annotations
 
-import inspect
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import torch
 
 from src.bench.core_throughput import layer_segments
 from src.comm import REDUCERS, make_reducer
+from src.comm.chunked import ChunkedReducer
 from src.optim.grad_allreduce import GradAllreduceLion
 from src.utils.timing import PhaseTimer
 
@@ -124,7 +124,7 @@ def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> P
 
 def is_pipelined(case: Case) -> bool:
     """Whether the case's reducer runs chunk by chunk (takes `chunk` and `compile`): Lion Cub's reducers do."""
-    return case.reducer is not None and "chunk" in inspect.signature(REDUCERS[case.reducer].__init__).parameters
+    return case.reducer is not None and issubclass(REDUCERS[case.reducer], ChunkedReducer)
 
 
 def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile="auto") -> Prepared:

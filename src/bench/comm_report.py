@@ -9,8 +9,9 @@ table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` besi
 size, each variant's `reduce()` end to end against the fp32 allreduce of the same vector with its share of the
 limit, beside the collective alone (issue 11's goal 1). Writes summary.md, fit.json and model.csv (the fitted
 model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
---out-dir), and prints the tables. The figures are drawn from those files by `python -m analysis.fig2_comm` (which
-never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
+--out-dir), and prints the tables. Per rate it also writes `network_fit_<rate>.json` (alpha, beta and where they
+come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The figures are drawn
+from those files by `python -m analysis.fig2_comm` (which never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
 src.bench.comm_suite), when present, adds the benchmark's wall time.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from src.bench.comm_cases import BY_NAME
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
+from src.comm.network_fit import write_network_fit
 from src.comm.pbit import field_width
 
 TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
@@ -197,6 +199,17 @@ def _fit_text(f: Fit) -> str:
             f"Gbit/s), relative RMS residual {f.rel_rms:.0%}")
 
 
+def write_network_fits(out: Path, fits: dict, csv_path: Path) -> list[Path]:
+    """One `network_fit_<rate>.json` per rate: the network's alpha and beta for `reducer: auto`."""
+    paths = []
+    for rate, f in fits.items():
+        path = out / f"network_fit_{rate}.json"
+        write_network_fit(path, f["alpha_s"], f["beta_s_per_bit"], rate=rate, rel_rms=f["rel_rms"],
+                          points=f["points"], cases=f["cases"], fitted_from=str(csv_path))
+        paths.append(path)
+    return paths
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("csv", type=Path)
@@ -222,8 +235,10 @@ def main(argv=None) -> int:
     (out / "summary.md").write_text("\n".join(md))
     (out / "fit.json").write_text(json.dumps(fits, indent=2))
     write_model(out / "model.csv", curves)
+    networks = write_network_fits(out, fits, args.csv)
     print("\n".join(printed))
-    print(f"comm_report: wrote {out / 'summary.md'}, {out / 'fit.json'} and {out / 'model.csv'}")
+    print(f"comm_report: wrote {out / 'summary.md'}, {out / 'fit.json'}, {out / 'model.csv'} and "
+          f"{', '.join(str(p) for p in networks)} (alpha/beta for reducer: auto)")
     return 0
 
 

@@ -6,7 +6,8 @@ Section 3.1, Table 1, Fig. 2; Section 7's Ethernet setting, Table A.1).
 
 For each rate it runs `python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=R --module
 src.bench.comm_bench -- --out OUT/comm.csv` (fresh CSV per suite run), records each run's wall time in
-walltime.json, then `src.bench.comm_report` writes summary.md, fit.json and model.csv and prints the Lion 32-bit /
+walltime.json, then `src.bench.comm_report` writes summary.md, fit.json, model.csv and network_fit_<rate>.json (the
+network's alpha and beta, read by runs with `reducer: auto` through `network.fit`) and prints the Lion 32-bit /
 Lion Cub ratio tables and the end-to-end `reduce()` table, and `python -m analysis.fig2_comm` draws Fig. 2.
 Issue 11's end-to-end table (2 hosts, one rank each, 1 Gbit/s, 10M to 100M elements):
 

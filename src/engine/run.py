@@ -8,7 +8,8 @@ reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when 
 (src.reliability.resume).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
-`summary.json` and the timing table.
+`summary.json` and the timing table. With `reducer: auto` rank 0 prints the reducer chosen and the predicted times
+(src.comm.auto), and summary.json keeps them under `reducer_auto`.
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -49,7 +50,8 @@ from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_
 from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
-from src.optim.factory import build_optimizer, validate_variant
+from src.comm.network_fit import network_costs
+from src.optim.factory import build_optimizer, is_auto, validate_variant
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
@@ -95,7 +97,7 @@ def resolve_steps(cfg: DictConfig, task: Task) -> int:
 
 def check_variant(cfg: DictConfig, ctx: DistContext, model: torch.nn.Module) -> None:
     try:
-        validate_variant(cfg.variant, ctx.world_size, model)
+        validate_variant(cfg.variant, ctx.world_size, model, network=cfg.network)
     except ValueError as exc:
         raise SetupError(f"variant={cfg.variant.get('name')} with {ctx.world_size} process(es): {exc}") from exc
 
@@ -282,8 +284,13 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
         broadcast_parameters(model)
         torch.manual_seed(int(cfg.seed) + ctx.rank)  # per-rank randomness (augmentation) from here on
         o = cfg.optim
+        # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
+        network = broadcast_object(network_costs(cfg.network)) if is_auto(cfg.variant) else None
         optimizer = build_optimizer(model, cfg.variant, lr=float(o.lr), betas=(float(o.beta1), float(o.beta2)),
-                                    weight_decay=float(o.weight_decay))
+                                    weight_decay=float(o.weight_decay), network=network)
+        choice = getattr(optimizer, "reducer_choice", None)
+        if choice is not None and ctx.is_main:
+            print(choice.log_line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, cfg.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
@@ -306,6 +313,8 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
                    "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
+        if choice is not None:
+            summary["reducer_auto"] = choice.record()
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)

@@ -8,7 +8,8 @@ a model paired with the wrong data kind is reported alone (the other problems wo
 Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
 `network.env` (environment variables), `variant.reducer` and `variant.momentum_sync` (checked by
 `src.optim.factory.validate_variant`, which names the valid options; it also checks the combinations of the
-baselines' keys), `logger.tags`.
+baselines' keys), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
+src.comm.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
 
@@ -175,6 +176,9 @@ class Network:
     nodes: Count | None
     nproc_per_node: Count | None
     rate: str | None
+    fit: Annotated[str, Doc("a network_fit_*.json of make bench, or null")] | None
+    alpha: Annotated[float, Range(ge=0), Doc("seconds per message")] | None
+    beta: Annotated[float, Range(ge=0), Doc("seconds per bit")] | None
 
 
 @dataclass

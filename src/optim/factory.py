@@ -5,6 +5,11 @@ src.optim.baselines: `adamw_grad_allreduce` | `onebit_adam` | `bitdp` | `ddp`), 
 (gradient allreduce: fp32 | bf16 | fp16), `reducer` (`{name, quant, levels, bits, vote, zeros, ...}`) and
 `momentum_sync` (`{every, layers}`). Learning rate, betas and weight decay come from the optim config.
 
+`reducer: {name: auto, ...}` (conf/variant/cub_auto.yaml) is resolved here, at build time, into the concrete
+Lion Cub reducer and field width that Table 1's model predicts to be fastest for the world size, the trainable
+parameter count and the network's alpha and beta (src.comm.auto, src.comm.network_fit); the caller passes the
+network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice`.
+
 Weight decay goes to parameters with 2 or more dimensions only (matrices and embeddings), as in nanoGPT, on which
 the paper's GPT setup builds (Section 7, Appendix D); norms and biases are not decayed. This split is ours: the
 paper does not say.
@@ -14,8 +19,11 @@ from __future__ import annotations
 from typing import Mapping
 
 import torch
+import torch.distributed as dist
 
 from src.comm import make_reducer
+from src.comm.auto import AutoChoice, choose_reducer
+from src.comm.network_fit import NetworkCosts, network_costs
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion, trainable
 from src.optim.lion import Lion
@@ -53,10 +61,36 @@ def _check_keys(variant: dict) -> str:
     return kind
 
 
-def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module | None = None) -> None:
-    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` (or on `model`)."""
+def is_auto(variant: Mapping) -> bool:
+    """Whether `variant` asks for `reducer: auto` (and so needs the network's alpha and beta)."""
+    reducer = variant.get("reducer") if variant.get("optimizer") == "lion_cub" else None
+    return isinstance(reducer, Mapping) and reducer.get("name") == "auto"
+
+
+def resolve_auto(variant: dict, world_size: int, numel: int,
+                 network: Mapping | NetworkCosts | None) -> tuple[dict, AutoChoice | None]:
+    """`variant` with `reducer: auto` replaced by the chosen reducer, and the choice (None when not auto)."""
+    if not is_auto(variant):
+        return variant, None
+    if network is None:
+        raise ValueError(f"variant {variant.get('name')!r}: reducer 'auto' needs the network's alpha and beta "
+                         "(network config or fit file)")
+    costs = network if isinstance(network, NetworkCosts) else network_costs(_plain(network))
+    choice = choose_reducer(dict(variant["reducer"]), world_size, numel, costs)
+    return {**variant, "reducer": dict(choice.options)}, choice
+
+
+def _numel(model: torch.nn.Module | None) -> int:
+    return 0 if model is None else sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module | None = None,
+                     network: Mapping | NetworkCosts | None = None) -> None:
+    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` (or on `model`); `network`
+    (its config or `NetworkCosts`) is read only for `reducer: auto`."""
     variant = _plain(variant)
     kind = _check_keys(variant)
+    variant, _ = resolve_auto(variant, world_size, _numel(model), network)
     if kind == "lion" and world_size > 1:
         raise ValueError(f"variant {variant.get('name')!r}: optimizer 'lion' does not communicate, but world_size="
                          f"{world_size}; use lion_grad_allreduce (Lion 32/16-bit) or lion_cub")
@@ -87,8 +121,10 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, betas: tuple[float, float],
-                    weight_decay: float, group=None) -> torch.optim.Optimizer:
-    """The optimizer of `variant` over `model`'s trainable parameters; every one has a `.timer`."""
+                    weight_decay: float, group=None,
+                    network: Mapping | NetworkCosts | None = None) -> torch.optim.Optimizer:
+    """The optimizer of `variant` over `model`'s trainable parameters; every one has a `.timer`. With
+    `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.auto.AutoChoice)."""
     variant = _plain(variant)
     kind = _check_keys(variant)
     groups = parameter_groups(model, weight_decay)
@@ -101,5 +137,9 @@ def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, beta
     if kind in BASELINE_KEYS:
         return build_baseline(kind, model, variant, groups, lr=lr, betas=betas, weight_decay=weight_decay,
                               group=group)
-    return LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
-                   momentum_sync=variant.get("momentum_sync"), group=group)
+    world_size = dist.get_world_size(group) if dist.is_initialized() else 1
+    variant, choice = resolve_auto(variant, world_size, _numel(model), network)
+    optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
+                        momentum_sync=variant.get("momentum_sync"), group=group)
+    optimizer.reducer_choice = choice
+    return optimizer

@@ -1,0 +1,94 @@
+"""`reducer: auto`: pick the Lion Cub reducer and field width for a run from the alpha-beta model (Lion Cub,
+Section 3.1, Table 1, Fig. 2; Section 6: "we select the datatype for communication based on p and the number of
+processes").
+
+The candidates are the Lion Cub reducers that compute the same sign majority vote (so the trained parameters do
+not depend on the choice): `pbit` with the narrowest field width whose sums cannot overflow at this world size
+(src.comm.pbit.field_width: 2 bits up to 3 ranks, 4 up to 15, 8 up to 255, then 16), `onebit`, `ps_tree` and
+`ps_naive` (the parameter servers with the same packed fields). Each is costed with Table 1's row
+(src.comm.cost_model.cost) for the run's world size, the model's parameter count and the network's alpha and beta
+(src.comm.network_fit); the cheapest wins, ties going to the earlier candidate. `choose_reducer` returns the
+concrete reducer options and the predicted time of every candidate, for the log line and the run's record.
+
+Deliberate differences from the paper: the paper picks the algorithm and datatype by hand per setting (Fig. 2 is
+an illustration); we pick them from the fitted model. The model counts only communication (no encode/decode cost),
+as Table 1 does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from src.comm.cost_model import cost
+from src.comm.network_fit import NetworkCosts
+from src.comm.packing import FIELD_WIDTHS
+from src.comm.pbit import field_width
+
+CANDIDATES = ("pbit", "onebit", "ps_tree", "ps_naive")
+OPTIONS = ("quant", "levels", "vote", "zeros", "chunk", "compile", "check_finite")
+_SAME_VOTE = {"quant": ("sign",), "levels": (1,), "vote": ("majority",), "zeros": ("alternate", "plus", "minus")}
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    name: str                        # the reducer chosen
+    bits: int                        # its field width on the wire (1 for onebit)
+    options: dict                    # the concrete reducer mapping ({"name": ..., **options})
+    predicted_s: dict = field(default_factory=dict)  # candidate -> predicted seconds per step
+    widths: dict = field(default_factory=dict)       # candidate -> field width
+    world_size: int = 1
+    numel: int = 0
+    network: NetworkCosts | None = None
+
+    def label(self, name: str) -> str:
+        return f"{name} {self.widths[name]}-bit fields" if name != "onebit" else "onebit"
+
+    def log_line(self) -> str:
+        others = ", ".join(f"{self.label(n)} {self.predicted_s[n] * 1e3:.1f} ms" for n in self.predicted_s
+                           if n != self.name)
+        net = self.network
+        return (f"lioncub: reducer auto -> {self.label(self.name)} (predicted {self.predicted_s[self.name] * 1e3:.1f}"
+                f" ms; {others}) for world_size={self.world_size}, {self.numel / 1e6:.1f}M parameters, "
+                f"alpha={net.alpha:.3g} s, beta={net.beta:.3g} s/bit from {net.source}")
+
+    def record(self) -> dict:
+        """What summary.json keeps (key `reducer_auto`): the choice, each candidate's prediction, the inputs."""
+        return dict(chosen=self.name, bits=self.bits, reducer=dict(self.options),
+                    predicted_s=dict(self.predicted_s), bits_per_candidate=dict(self.widths),
+                    world_size=self.world_size, numel=self.numel, **self.network.record())
+
+
+def _check(options: dict) -> None:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        why = " (auto picks the field width)" if "bits" in unknown else ""
+        raise ValueError(f"reducer 'auto' does not take option(s) {', '.join(unknown)}{why}; it takes "
+                         f"{', '.join(OPTIONS)}")
+    for key, allowed in _SAME_VOTE.items():
+        if key in options and options[key] not in allowed:
+            raise ValueError(f"reducer 'auto' chooses among reducers of the sign majority vote ({', '.join(CANDIDATES)})"
+                             f" and needs {key} in {list(allowed)}; got {key}={options[key]!r}")
+
+
+def candidate_costs(world_size: int, numel: int, network: NetworkCosts) -> tuple[dict, dict]:
+    """(predicted seconds, field width) per candidate under Table 1's model."""
+    width = field_width(FIELD_WIDTHS[0], 1, world_size)  # votes: a field holds up to world_size
+    if width is None:
+        raise ValueError(f"reducer 'auto': world_size={world_size} overflows even 16-bit vote fields")
+    widths = {"pbit": width, "onebit": 1, "ps_tree": width, "ps_naive": width}
+    a, b = network.alpha, network.beta
+    seconds = {"pbit": cost("pbit", world_size, numel, a, b, bits=width).total,
+               "onebit": cost("onebit", world_size, numel, a, b).total,
+               "ps_tree": cost("ps_tree", world_size, numel, a, b, word_size=width).total,
+               "ps_naive": cost("ps_naive", world_size, numel, a, b, word_size=width).total}
+    return seconds, widths
+
+
+def choose_reducer(options: dict, world_size: int, numel: int, network: NetworkCosts) -> AutoChoice:
+    """The cheapest candidate for `options` (the `auto` mapping without its name); ValueError on bad options."""
+    options = {k: v for k, v in options.items() if k != "name"}
+    _check(options)
+    seconds, widths = candidate_costs(world_size, numel, network)
+    name = min(CANDIDATES, key=lambda n: seconds[n])  # min keeps the first of equal costs
+    chosen = {"name": name, "quant": "sign", "levels": 1, "vote": "majority", "zeros": "alternate", **options,
+              "bits": widths[name]}
+    return AutoChoice(name, widths[name], chosen, seconds, widths, world_size, int(numel), network)
