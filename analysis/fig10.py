@@ -56,7 +56,7 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     for run in runs:
         row = timing_summary(run)
         row["network"] = network_label(run, row)
-        row["kind"] = str(run.get("variant.name", row["variant"]))
+        row["kind"] = row["variant"]  # the variant's name; bars and rows are named by row["label"]
         rows.append(row)
     order = {v: i for i, v in enumerate(VARIANT_ORDER)}
     nets = {n: i for i, n in enumerate(dict.fromkeys(r["network"] for r in rows))}
@@ -88,7 +88,7 @@ def stacked_bars(ax, group: list[dict], title: str) -> None:
     bottom = [0.0] * len(group)
     for seg in SEGMENTS:
         values = [r[f"{seg}_ms"] for r in group]
-        ax.bar([r["variant"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
+        ax.bar([r["label"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
         bottom = [b + v for b, v in zip(bottom, values)]
     for x, (r, top) in enumerate(zip(group, bottom)):
         if r.get("speedup_vs_lion32"):

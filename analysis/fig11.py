@@ -31,7 +31,7 @@ def rows_of(runs: list[Run]) -> list[dict]:
     rows = []
     for run in runs:
         row = timing_summary(run)
-        row.update(network=network_label(run, row), kind=str(run.get("variant.name", row["variant"])),
+        row.update(network=network_label(run, row), kind=row["variant"],
                    model=model_name(run))
         rows.append(row)
     key = lambda r: (r["model"], r["batch"] or 0, r["network"], r["procs"])  # noqa: E731
@@ -39,7 +39,7 @@ def rows_of(runs: list[Run]) -> list[dict]:
     for r in rows:
         r["speedup_vs_lion32"] = round(base[key(r)] / r["total_ms"], 2) if key(r) in base else None
     order = {v: i for i, v in enumerate(VARIANT_ORDER)}
-    return sorted(rows, key=lambda r: (*key(r), order.get(r["kind"], len(order)), r["variant"]))
+    return sorted(rows, key=lambda r: (*key(r), order.get(r["kind"], len(order)), r["label"]))
 
 
 def draw(rows: list[dict], out: Path) -> list[Path]:

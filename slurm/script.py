@@ -8,9 +8,7 @@ SLURM_ARRAY_TASK_ID; the job id of an array task is `<array id>_<index>`, which 
 Preemption and time limits: `#SBATCH --signal=B:USR1@<warning>` makes Slurm signal the batch shell that long before
 the end. The shell passes USR1 once to srun, which passes it to each node's torchrun (started with
 `--signals_to_handle ...,SIGUSR1`), which passes it to its ranks and waits for them up to `--shutdown_timeout`;
-the ranks checkpoint and exit once src.train handles the signal (issue 9; until then they stop without a
-checkpoint of their own, and the next attempt resumes from the newest periodic one, `checkpoint.every`). The shell
-then runs `scontrol requeue` on its own job,
+the ranks finish their step, checkpoint it and exit 75 (src.reliability.signals). The shell then runs `scontrol requeue` on its own job,
 unless the run finished (`summary.json` exists) or it was requeued `max_requeues` times already. The requeued job
 gets the same job id, hence the same run folder, and `resume=auto` continues from the newest checkpoint, the W&B
 run included (its id is in the run folder and in the checkpoint). SIGTERM (scancel, Slurm's own requeue or

@@ -31,7 +31,8 @@ def scripts(stdout: str) -> list[str]:
 
 
 def test_dry_run_of_a_paper_run_on_2_nodes_x_4_gpus(tmp_path):
-    proc = submit("+exp=gpt774m_4bit", "--profile", "example", "--dry-run", out=tmp_path / "out")
+    proc = submit("+exp=gpt774m_4bit", "checkpoint.every=0", "--profile", "example", "--dry-run",
+                  out=tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     (script,) = scripts(proc.stdout)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
@@ -39,7 +40,7 @@ def test_dry_run_of_a_paper_run_on_2_nodes_x_4_gpus(tmp_path):
                  "#SBATCH --requeue", "srun --ntasks-per-node=1", "--nproc_per_node=4",
                  '--rdzv_backend=c10d --rdzv_endpoint="$MASTER_ADDR:$MASTER_PORT"',
                  'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-                 "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "OVERRIDES=(+exp=gpt774m_4bit)",
+                 "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1", "OVERRIDES=(+exp=gpt774m_4bit checkpoint.every=0)",
                  'run.dir="$RUN_DIR" resume=auto', 'scontrol requeue "$SLURM_JOB_ID"'):
         assert line in script, line
     assert "network=" not in script  # the preset chose network=ethernet itself
@@ -96,16 +97,16 @@ def test_bad_input_is_refused_before_anything_is_submitted(args, words, tmp_path
     assert not (tmp_path / "out").exists()
 
 
-def test_manifest_source_says_what_is_missing(tmp_path):
+def test_manifest_source_at_both_scales(tmp_path):
+    """A figure's manifest (experiments/, issue 8) as the source: a shape the profile's nodes cannot hold is refused
+    naming the run and the way out; its laptop runs fit 2 local nodes of 2 processes."""
     proc = submit("fig5", "--profile", "local", out=tmp_path / "out")
-    assert proc.returncode == 2
-    try:
-        import experiments.manifest  # noqa: F401  (issue 8's manifests)
-    except ImportError:
-        assert "experiments/manifest.py is not in this checkout" in proc.stderr
-        assert "+exp=" in proc.stderr  # the way that works today
-    else:
-        assert "manifest 'fig5'" in proc.stderr or "fig5" in proc.stderr
+    assert proc.returncode == 2 and "gpt774m_stats_8w" in proc.stderr and "--nproc-per-node" in proc.stderr
+    proc = submit("fig5", "--scale", "laptop", "--profile", "local", "--nodes", "2", "--nproc-per-node", "2",
+                  "--dry-run", out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "RUNS=(gpt_stats_4w)" in proc.stdout and "stats.every=20" in proc.stdout
+    assert "nothing was submitted" in proc.stdout and not (tmp_path / "out").exists()
 
 
 def test_profile_times_and_overrides():
