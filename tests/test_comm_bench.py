@@ -123,6 +123,7 @@ def _launcher() -> list[str]:
     return [sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", "rate=100mbit", "--"]
 
 
+@pytest.mark.slow  # about a minute on 2 cores: make test-all (make bench runs the same code at full size)
 def test_quick_benchmark_writes_rows_that_fit_and_report(tmp_path):
     out = tmp_path / "comm.csv"
     launcher = _launcher()
