@@ -8,9 +8,9 @@ SLURM_ARRAY_TASK_ID; the job id of an array task is `<array id>_<index>`, which 
 Preemption and time limits: `#SBATCH --signal=B:USR1@<warning>` makes Slurm signal the batch shell that long before
 the end. The shell passes USR1 once to srun, which passes it to each node's torchrun (started with
 `--signals_to_handle ...,SIGUSR1`), which passes it to its ranks and waits for them up to `--shutdown_timeout`;
-the ranks finish their step, checkpoint it and exit 75 (src.reliability.signals). The shell then runs `scontrol requeue` on its own job,
-unless the run finished (`summary.json` exists) or it was requeued `max_requeues` times already. The requeued job
-gets the same job id, hence the same run folder, and `resume=auto` continues from the newest checkpoint, the W&B
+the ranks finish their step, checkpoint it and exit 75 (src.reliability.signals). The shell then runs `scontrol
+requeue` on its own job, unless the run finished (`summary.json` without `interrupted_at`) or it was requeued
+`max_requeues` times already. The requeued job gets the same job id, hence the same run folder, and `resume=auto` continues from the newest checkpoint, the W&B
 run included (its id is in the run folder and in the checkpoint). SIGTERM (scancel, Slurm's own requeue or
 preemption, the time limit itself) is passed to the ranks the same way but does not requeue by itself.
 
@@ -138,6 +138,9 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              '  echo "lioncub: SIG$1 from Slurm: the ranks checkpoint and stop, then the job requeues itself"',
              '  kill -"$1" "$srun_pid" 2>/dev/null',
              '}',
+             "finished() {  # summary.json is also written when the ranks stop on a signal: interrupted_at says so",
+             '  [ -f "$RUN_DIR/summary.json" ] && ! grep -q \'"interrupted_at": [0-9]\' "$RUN_DIR/summary.json"',
+             "}",
              "trap 'warned USR1' USR1",
              "trap 'echo \"lioncub: SIGTERM from Slurm; passing it to the ranks\"; "
              "kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
@@ -148,7 +151,7 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              'srun_pid=$!',
              'while true; do wait "$srun_pid"; status=$?; kill -0 "$srun_pid" 2>/dev/null || break; done',
              'record end ", \\"status\\": $status, \\"requeue\\": $requeue"',
-             'if [ "$requeue" = 1 ] && [ ! -f "$RUN_DIR/summary.json" ]; then',
+             'if [ "$requeue" = 1 ] && ! finished; then',
              f'  if [ "$RESTART" -lt {profile.max_requeues} ]; then',
              '    echo "lioncub: requeueing job $JOB; it resumes from the newest checkpoint in $RUN_DIR"',
              '    scontrol requeue "$SLURM_JOB_ID" && exit 0',

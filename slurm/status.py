@@ -2,8 +2,8 @@
 
 One line per run: finished, running, pending (with Slurm's reason), requeued, failed or cancelled (and why) or
 unknown, the step it reached out of `train.steps`, and the job id. Sources, in this order of trust: the run folder
-(`summary.json` = finished; the last step of `metrics.jsonl`), squeue (pending and running jobs), sacct when the
-cluster keeps accounting, else `scontrol show job` (finished jobs Slurm still remembers), the job script's records
+(`summary.json` without `interrupted_at` = finished; the last step of `metrics.jsonl`), squeue (pending and running
+jobs), sacct when the cluster keeps accounting, else `scontrol show job` (finished jobs Slurm still remembers), the job script's records
 in `jobs/<run>-<job>.jsonl` (each attempt's exit status, whether it requeued) and the most telling line of the last
 attempt in the job's log (lioncub's own message, a Python exception, Slurm's cancellation). NAME picks the newest
 `<root>/<NAME>-*` submission (root: runs/slurm). Deliberate difference from squeue: one line per run, not per job.
@@ -132,8 +132,8 @@ def run_status(folder: Path, job: dict, run: dict, queue: dict, ended: dict) -> 
     step = f"{last if last is not None else '-'}/{total if total is not None else '?'}"
     if job_id is None:
         return RunStatus(run["name"], None, "unsubmitted", step, "sbatch failed or was never called for this job")
-    if (run_dir / "summary.json").is_file():
-        summary = json.loads((run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    if summary and summary.get("interrupted_at") is None:  # an interrupted run writes one too, with the step
         return RunStatus(run["name"], job_id, "finished", step,
                          f"final loss {summary.get('final_loss', float('nan')):.4f}, {run_dir}")
     live = queue.get(job_id) or (queue.get(str(base)) if job["array"] else None)
