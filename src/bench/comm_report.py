@@ -24,7 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.fig2_comm import by_rate, read_csv as read_rows  # the CSV's reader, shared with the figure
 from src.bench.comm_cases import BY_NAME
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
@@ -35,6 +34,21 @@ TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cu
 FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")
 MODEL_COLUMNS = ("rate", "panel", "case", "world_size", "numel", "bits", "model_s")
 WORKERS = (2, 4, 8, 16, 32, 64)
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path} holds no benchmark rows")
+    return rows
+
+
+def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in rows:
+        out.setdefault(row["rate"], []).append(row)
+    return out
 
 
 def ratio_lines(rate: str, table: list[dict], numel: int) -> list[str]:
