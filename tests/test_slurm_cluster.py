@@ -117,6 +117,21 @@ def test_two_runs_finish_on_the_two_nodes(slurm, demo_tokens, tmp_path):
     assert hosts == {"n1", "n2"}  # the array's two runs ran side by side, one per node
 
 
+@pytest.mark.slow
+def test_a_laptop_manifest_of_two_runs_finishes(slurm, demo_tokens, tmp_path):
+    """Table 2's laptop manifest (experiments/table2.yaml: 4 and 8 workers), shortened, as 2 nodes x 2 ranks: both
+    runs finish and their folders hold the statistics the figure reads."""
+    folder = submit(slurm, tmp_path, "table2", "--scale", "laptop", "--nodes", "2", "--nproc-per-node", "2",
+                    "train.steps=4", "stats.every=2", "train.eval_every=2", f"data.dir={demo_tokens}", *TINY)
+    wait_until_done(slurm, folder)
+    proc = status(slurm, folder)
+    assert proc.returncode == 0 and "2 finished" in proc.stdout, proc.stdout + proc.stderr
+    for run_id, name in zip(job_ids(folder), ("gpt_stats_4w", "gpt_stats_8w")):
+        got = rows(folder / f"{name}-{run_id}")
+        assert [r["step"] for r in got if "loss" in r] == [1, 2, 3, 4], name
+        assert any("stats/vote/pos_pos" in r for r in got), name  # what analysis.table2 reads
+
+
 def test_bad_input_and_an_unknown_partition_submit_nothing(slurm, tmp_path):
     before = queue(slurm)
     proc = run(slurm, sys.executable, "-m", "slurm.submit", "+exp=demo", "--nproc-per-node", "4", "--out",
