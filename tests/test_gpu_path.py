@@ -136,3 +136,19 @@ def test_nonfinite_stop_within_budget(demo_tokens, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]  # the step before the stop was logged although read late
     check(reports, "cub4")
+
+
+@pytest.mark.slow
+def test_statistics_steps_hand_the_collectives_device_tensors(demo_tokens, tmp_path):
+    """`stats.every=3` (issue 8's statistics: allreduces of sums and of quantized codes): no host tensor reaches a
+    collective; the steps without statistics keep the budget (a statistics step may synchronise: its time is
+    `time/stats`, outside the timed step)."""
+    proc, reports = watched_run(tmp_path / "run", tmp_path / "double", "cub4", f"data.dir={demo_tokens}",
+                                "stats.every=3")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(reports) == 2 and any("stats/vote/pos_pos" in line
+                                     for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+    for report in reports:
+        assert not report["violations"], report["violations"]
+        for step, sites in plain_syncs(report).items():
+            assert step % 3 == 0 or len(sites) <= BUDGET, (step, sites)
