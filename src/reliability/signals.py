@@ -7,7 +7,7 @@ was asked; the step in flight finishes. Every step, the non-finite vote (`src.re
 the optimizer step) also takes the largest signal number over all ranks, in the same allreduce and host transfer
 (a signal usually reaches one rank first, or all at slightly different moments), so every rank stops after the
 same step and none is left waiting in a collective; a signal that arrives after the vote is agreed on at the next
-step's. `agreed()` is the same agreement on its own, for use outside a training step. The
+step's. The
 reliability hooks then write a checkpoint of that step and `src.train` prints `interrupted at step N; resume with:
 <command>`. Further signals while stopping are ignored (torchrun forwards a Ctrl-C to its workers as a second
 SIGINT); SIGKILL still ends a process at once.
@@ -17,11 +17,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-
-import torch
-import torch.distributed as dist
-
-from src.comm.device import collective_device
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 EXIT_INTERRUPTED = 75  # os.EX_TEMPFAIL: the run stopped on a signal after writing a checkpoint; resume it
@@ -54,11 +49,3 @@ class StopSignals:
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-
-    def agreed(self) -> int:
-        """The signal every rank stops for (the largest number any rank received), 0 to go on; collective."""
-        if not (dist.is_initialized() and dist.get_world_size() > 1):
-            return self.received
-        flag = torch.tensor([self.received], dtype=torch.int64, device=collective_device())
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return int(flag.item())
