@@ -5,7 +5,9 @@ table with the speedup of every variant over Lion (32bit) on the same network, m
 
 writes FOLDER/table_a1.md, FOLDER/table_a1.csv, FOLDER/fig10.png/.pdf and findings.json. Rows are grouped by
 network (e.g. the emulated 1 Gbit/s link and an unlimited one), model size and world size, one panel each; the
-speedup is the total step time of the group's Lion (32bit) run (`variant.name == lion32`) over the row's. Rows and
+speedup is the total step time of the group's Lion (32bit) run (`variant.name == lion32`) over the row's, beside
+the limits that bound it (`add_limits`: Amdahl's law on Lion 32-bit's communication share, and communication
+hidden behind computation), and the spread of the step times (`total_sd_ms`). Rows and
 bars are named by `Run.label` (config `run.label`, else the variant's name). Checks, per group: communication time
 falls with the communication precision (Lion 32-bit > 16-bit > Lion Cub 8-bit > 4-bit); Lion Cub 8/4-bit speed up
 the whole step over Lion 32-bit; the 1-bit allreduce's communication against 4-bit's (the paper found 1-bit slower
@@ -34,7 +36,7 @@ VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlio
 PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}
-TABLE_COLUMNS = (*COLUMNS, "speedup_vs_lion32")
+TABLE_COLUMNS = (*COLUMNS, "speedup_vs_lion32", "amdahl_limit", "overlap_limit", "forward_overlap_limit")
 
 
 def network_label(run: Run, row: dict) -> str:
@@ -48,24 +50,62 @@ def group_key(row: dict) -> tuple:
     return row["network"], row["params_M"], row["procs"]
 
 
+def wire_bytes(run: Run) -> int | None:
+    """Bytes a rank sends per step (summary.json's `wire_bytes_per_step`; the compressed stage of 1-bit Adam)."""
+    stages = (run.summary or {}).get("wire_bytes_per_step") or {}
+    value = stages.get("step", stages.get("compression"))
+    return int(value) if value else None
+
+
 def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
-    """The Table A.1 rows of `runs` (Run objects or run folders), each with `kind` (the variant's name) and its
-    speedup over its group's Lion (32bit); ordered by network (as given), model size, world size, variant."""
+    """The Table A.1 rows of `runs` (Run objects or run folders), each with `kind` (the variant's name, with
+    `+overlap` when `variant.overlap` is on), its speedup over its group's Lion (32bit) and the limits of
+    `add_limits`; ordered by network (as given), model size, world size, variant."""
     runs = [r if isinstance(r, Run) else load_run(r) for r in runs]
     rows = []
     for run in runs:
         row = timing_summary(run)
         row["network"] = network_label(run, row)
-        row["kind"] = row["variant"]  # the variant's name; bars and rows are named by row["label"]
+        overlap = bool((run.config.get("variant") or {}).get("overlap"))
+        row["kind"] = row["variant"] + ("+overlap" if overlap else "")  # bars and rows are named by row["label"]
+        row["wire_bytes"] = wire_bytes(run)
         rows.append(row)
     order = {v: i for i, v in enumerate(VARIANT_ORDER)}
     nets = {n: i for i, n in enumerate(dict.fromkeys(r["network"] for r in rows))}
-    rows.sort(key=lambda r: (nets[r["network"]], r["params_M"] or 0, r["procs"], order.get(r["kind"], len(order))))
-    base = {group_key(r): r["total_ms"] for r in rows if r["kind"] == "lion32"}
+    rows.sort(key=lambda r: (nets[r["network"]], r["params_M"] or 0, r["procs"],
+                             order.get(r["kind"].split("+")[0], len(order)), r["kind"]))
+    base = {group_key(r): r for r in rows if r["kind"] == "lion32"}
     for r in rows:
         b = base.get(group_key(r))
-        r["speedup_vs_lion32"] = round(b / r["total_ms"], 2) if b else None
+        r["speedup_vs_lion32"] = round(b["total_ms"] / r["total_ms"], 2) if b else None
+    add_limits(rows, base)
     return rows
+
+
+def add_limits(rows: list[dict], base: dict[tuple, dict]) -> None:
+    """Per row, speedups over its group's Lion (32bit) that bound what the row could reach:
+    - `amdahl_limit`: only Lion 32-bit's communication shrinks, by the wire-bytes ratio r (Amdahl's law on its
+      communication share s = communicate / total): 1 / (1 - s + s / r);
+    - `overlap_limit`: the row's variant with its communication hidden behind all of its computation, so that a
+      step costs max(compute, communicate) of the synchronous run of that variant;
+    - `forward_overlap_limit`: what hiding it behind the next forward pass and the data loading can reach
+      (`variant.overlap`, src/optim/overlap.py): total - min(communicate, forward + data + other).
+    The overlap limits of a `+overlap` row are those of its synchronous twin (its own communicate is what the
+    forward pass did not hide)."""
+    sync = {(group_key(r), r["kind"]): r for r in rows}
+    for r in rows:
+        b = base.get(group_key(r))
+        twin = sync.get((group_key(r), r["kind"].split("+")[0]), r)
+        r["amdahl_limit"] = r["overlap_limit"] = r["forward_overlap_limit"] = None
+        if not b:
+            continue
+        if b.get("wire_bytes") and r.get("wire_bytes"):
+            share, ratio = b["communicate_ms"] / b["total_ms"], b["wire_bytes"] / r["wire_bytes"]
+            r["amdahl_limit"] = round(1 / (1 - share + share / ratio), 2)
+        total, comm = twin["total_ms"], twin["communicate_ms"]
+        hidden_by_forward = min(comm, twin["forward_ms"] + twin["other_ms"])
+        r["overlap_limit"] = round(b["total_ms"] / max(total - comm, comm), 2)
+        r["forward_overlap_limit"] = round(b["total_ms"] / (total - hidden_by_forward), 2)
 
 
 def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
@@ -137,6 +177,13 @@ def checks(rows: list[dict]) -> list[Check]:
         result.append(Check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
                             ", ".join(f"{k} {by[k]['speedup_vs_lion32']}x" for k in cubs) or "no lion32 baseline",
                             all(by[k]["speedup_vs_lion32"] > 1 for k in cubs) if cubs else None))
+        for kind in [k for k in by if k.endswith("+overlap")]:
+            sync = by.get(kind.split("+")[0])
+            if sync:
+                result.append(Check(f"{where}: {kind} hides communication: a shorter step than synchronous "
+                                    f"{sync['kind']}", f"{by[kind]['total_ms']:.0f} ms (sd {by[kind]['total_sd_ms']}) "
+                                    f"vs {sync['total_ms']:.0f} ms (sd {sync['total_sd_ms']})",
+                                    by[kind]["total_ms"] < sync["total_ms"]))
         if "cub1" in by and "cub4" in by:
             result.append(Check(f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack "
                                 "overhead, as the paper found at 2 nodes)",

@@ -2,8 +2,8 @@
 
 One row per run: network, variant, nodes, processes, parameters, batch size, then the mean per-step milliseconds
 of forward, backward, quantize, communicate, update, other (the rest of the step: data, clipping, Python) and
-total, and the peak memory. The first `train.timing_skip` steps of each run are left out (warm-up). Written as
-Markdown and CSV.
+total, `total_sd_ms` (the standard deviation of the step times: the spread), and the peak memory. The first
+`train.timing_skip` steps of each run are left out (warm-up). Written as Markdown and CSV.
 
 Deliberate difference from Table A.1: quantization has its own column instead of being folded into "Update Step".
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from statistics import fmean
+from statistics import fmean, stdev
 
 from analysis.runs import Run, load_run
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
 COLUMNS = ("network", "label", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
-           "other_ms", "total_ms", "peak_mem_MiB", "steps_timed")
+           "other_ms", "total_ms", "total_sd_ms", "peak_mem_MiB", "steps_timed")
 
 
 def timed_rows(run: Run) -> list[dict]:
@@ -32,7 +32,8 @@ def timing_summary(run: Run) -> dict:
     if not rows:
         raise ValueError(f"{run.path}: no timed training steps in metrics.jsonl")
     ms = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in PHASES}
-    total = 1000 * fmean(r["time/total"] for r in rows)
+    totals = [1000 * r["time/total"] for r in rows]
+    total = fmean(totals)
     peak = max((r.get("mem/peak_bytes") or 0) for r in rows)
     prov, summary = run.provenance, run.summary
     params = summary.get("model_parameters")
@@ -47,6 +48,7 @@ def timing_summary(run: Run) -> dict:
         **{f"{p}_ms": round(v, 2) for p, v in ms.items()},
         "other_ms": round(total - sum(ms.values()), 2),
         "total_ms": round(total, 2),
+        "total_sd_ms": round(stdev(totals), 2) if len(totals) > 1 else None,  # the spread of the step times
         "peak_mem_MiB": round(peak / 2**20, 1),
         "steps_timed": len(rows),
     }

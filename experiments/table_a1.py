@@ -1,11 +1,13 @@
 """The Table A.1 / Fig. 10 analogue on this machine (Lion Cub, Appendix A.1, Section 7.1).
 
-    python -m experiments.table_a1 [--out results/table_a1] [--rates 1gbit none] [--steps 8] [-- extra overrides]
+    python -m experiments.table_a1 [--out results/table_a1] [--rates 1gbit none] [--steps 14] [-- extra overrides]
 
 Trains GPT-2++ (4 layers, 512 wide, 38.7M parameters: the largest that steps in a few seconds with 4 ranks on 2
 cores) for a few steps on the emulated 2-host x 2-rank cluster (`src.launch.emulate`, root needed) at each link
-rate, under Lion (32bit), Lion (16bit), Lion Cub 8-, 4- and 1-bit, then writes the per-phase table with the speedup
-over Lion (32bit) and the stacked bars of Fig. 10 (`analysis.fig10`). On a real cluster, run the same training
+rate, under Lion (32bit), Lion (16bit), Lion Cub 8-, 4- and 1-bit, and Lion Cub 4-bit with overlap
+(`variant.overlap=true`: communication behind the next forward pass), then writes the per-phase table with the
+speedup over Lion (32bit), its Amdahl and overlap limits and the spread of the step times (12 timed steps per run),
+and the stacked bars of Fig. 10 (`analysis.fig10`). On a real cluster, run the same training
 overrides with torchrun/srun instead of the emulator and feed the run folders to `python -m analysis.fig10`.
 Deliberate difference: CPU ranks and a small model, so compute is far slower and the model far smaller than the
 paper's 350M-1558M on H100s; the communication share, not the absolute times, is what carries over.
@@ -19,7 +21,9 @@ from pathlib import Path
 from analysis.fig10 import with_speedup, write
 from experiments.emulated import train_emulated
 
-VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1")
+VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "cub4_overlap")
+# Rows that are a variant plus overrides: Lion Cub 4-bit with its communication behind the next forward pass.
+ROWS = {"cub4_overlap": ["variant=cub4", "variant.overlap=true", "run.label=cub4 overlap"]}
 # The neighbouring systems (issue 12), added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
 # in its compression stage (its Adam warm-up is the adamw32 row), so it switches after the first step.
 BASELINE_VARIANTS = ("ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "dlion_mavo")
@@ -28,7 +32,8 @@ MODEL = ["model=gpt_mini", "model.params.n_embd=512", "model.params.n_head=8"]
 
 
 def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -> list[str]:
-    return ["+exp=demo", *MODEL, f"variant={variant}", *VARIANT_OVERRIDES.get(variant, []), f"train.steps={steps}",
+    return ["+exp=demo", *MODEL, *ROWS.get(variant, [f"variant={variant}"]), *VARIANT_OVERRIDES.get(variant, []),
+            f"train.steps={steps}",
             "train.timing_skip=2", "train.eval_every=0", "train.eval_at_start=false", "train.eval_batches=1",
             "train.progress=false", "checkpoint.every=0", f"run.dir={run_dir}", *extra]
 
@@ -45,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/table_a1")
     parser.add_argument("--rates", nargs="+", default=["1gbit", "none"])
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=14, help="steps per run; the first 2 are not timed")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--with-baselines", action="store_true", help=f"add {', '.join(BASELINE_VARIANTS)}")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)

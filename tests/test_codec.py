@@ -94,8 +94,9 @@ def test_compiled_and_eager_votes_are_bitwise_equal_at_every_width(bits):
         eager, compiled = both(codec.decode_sums, words, bits, world / 2, votes, majority, float(world),
                                out=torch.empty(k * 301))
         assert equal_bits(eager, compiled)
-    eager, compiled = both(codec.encode_signs, x, bits, out=torch.empty(301, dtype=word_dtype(bits)))
-    assert torch.equal(eager, compiled)
+    if field_max(bits) >= 2:  # sign + 1 in {0, 1, 2}: the pbit reducer widens 1-bit fields for it
+        eager, compiled = both(codec.encode_signs, x, bits, out=torch.empty(301, dtype=word_dtype(bits)))
+        assert torch.equal(eager, compiled)
 
 
 @pytest.mark.slow

@@ -9,18 +9,21 @@ import yaml
 from analysis.fig10 import with_speedup, write
 
 
-def make_run(root, variant: str, rate: str, comm_s: float):
-    path = root / f"{rate}-{variant}"
+def make_run(root, variant: str, rate: str, comm_s: float, wire: int | None = None, overlap: bool = False,
+             jitter: float = 0.0):
+    path = root / f"{rate}-{variant}{'-overlap' if overlap else ''}"
     path.mkdir()
-    config = {"variant": {"name": variant}, "network": {"name": "emulated", "rate": rate},
+    config = {"variant": {"name": variant, "overlap": overlap}, "network": {"name": "emulated", "rate": rate},
               "train": {"timing_skip": 1}, "data": {"batch_size": 4}}
     (path / "config.yaml").write_text(yaml.safe_dump(config))
     (path / "provenance.json").write_text(json.dumps({"network": "emulated", "num_nodes": 2, "world_size": 4}))
-    (path / "summary.json").write_text(json.dumps({"model_parameters": 38_710_000}))
+    summary = {"model_parameters": 38_710_000, **({"wire_bytes_per_step": {"step": wire}} if wire else {})}
+    (path / "summary.json").write_text(json.dumps(summary))
     rows = []
     for step in range(1, 5):
         phases = {"forward": 0.5, "backward": 1.0, "quantize": 0.1, "communicate": comm_s, "update": 0.2}
-        total = sum(phases.values()) + (5.0 if step == 1 else 0.1)  # step 1 is warm-up and must be skipped
+        spread = jitter * (step - 3)  # steps 2, 3, 4: -jitter, 0, +jitter (mean unchanged)
+        total = sum(phases.values()) + (5.0 if step == 1 else 0.1 + spread)  # step 1 is warm-up: skipped
         rows.append({"step": step, "loss": 5.0, **{f"time/{k}": v for k, v in phases.items()}, "time/total": total})
     (path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
@@ -41,6 +44,30 @@ def test_speedup_per_network_and_outputs(tmp_path):
     paths = write(rows, tmp_path / "out")
     assert paths["png"].stat().st_size > 10_000
     assert "speedup_vs_lion32" in paths["md"].read_text() and len(paths["csv"].read_text().splitlines()) == 5
+
+
+def test_limits_spread_and_an_overlap_row(tmp_path):
+    """Amdahl's limit from Lion 32-bit's communication share and the wire-bytes ratio; the overlap limits from the
+    synchronous twin's compute and communication; the spread of the step times; the +overlap row's check."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    rows = with_speedup([make_run(runs, "lion32", "1gbit", 2.0, wire=8000, jitter=0.03),
+                         make_run(runs, "cub4", "1gbit", 0.25, wire=1000),
+                         make_run(runs, "cub4", "1gbit", 0.05, wire=1000, overlap=True)])
+    by = {r["kind"]: r for r in rows}
+    assert [r["kind"] for r in rows] == ["lion32", "cub4", "cub4+overlap"]
+    share = 2000 / 3900  # lion32: 0.5 + 1.0 + 0.1 + 2.0 + 0.2 + 0.1 s per step, 2.0 s of it communicating
+    assert by["cub4"]["amdahl_limit"] == round(1 / (1 - share + share / 8), 2) == 1.81
+    assert by["lion32"]["amdahl_limit"] == 1.0
+    assert by["lion32"]["overlap_limit"] == round(3900 / 2000, 2)  # max(compute 1900, communication 2000)
+    assert by["lion32"]["forward_overlap_limit"] == round(3900 / (3900 - 600), 2)  # forward + other hide 600 ms
+    assert by["cub4"]["overlap_limit"] == by["cub4"]["forward_overlap_limit"] == round(3900 / 1900, 2)
+    assert by["cub4+overlap"]["overlap_limit"] == by["cub4"]["overlap_limit"]  # its synchronous twin's
+    assert by["cub4+overlap"]["speedup_vs_lion32"] == round(3900 / 1950, 2)
+    assert by["lion32"]["total_sd_ms"] == 30.0 and by["cub4"]["total_sd_ms"] == 0.0
+    from analysis.fig10 import checks
+    overlap = [c for c in checks(rows) if "hides communication" in c.claim]
+    assert len(overlap) == 1 and overlap[0].holds is True
 
 
 def timed_run(root, name, variant, params, world_size, comm_s, label=None, network="ethernet"):

@@ -47,11 +47,12 @@ VARIANTS = {"lion32": ["variant=lion32"], "lion16": ["variant=lion16"],
             "cub8_sync": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all"],
             "cub4": ["variant=cub4"], "cub1": ["variant=cub1"], "dlion_mavo": ["variant=dlion_mavo"],
             "dlion_avg": ["variant=dlion_avg"],
-            "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=2"]}
+            "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=2"],
+            "cub4_overlap": ["variant=cub4", "variant.overlap=true", "variant.reducer.chunk=65536"]}
 # the variant's own collectives, which the double must have seen (so a silent double cannot pass)
 COLLECTIVE = {"lion32": "all_reduce", "lion16": "all_reduce", "cub8_sync": "all_reduce", "cub4": "all_reduce",
               "cub1": "all_to_all_single", "dlion_mavo": "gather", "dlion_avg": "gather",
-              "onebit_adam": "all_to_all_single"}
+              "onebit_adam": "all_to_all_single", "cub4_overlap": "all_reduce"}
 STEPS = 6
 
 
@@ -123,7 +124,8 @@ def test_lion32_whole_run_within_budget(demo_tokens, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["lion16", "cub8_sync", "cub4", "cub1", "dlion_mavo", "dlion_avg", "onebit_adam"])
+@pytest.mark.parametrize("variant", ["lion16", "cub8_sync", "cub4", "cub1", "dlion_mavo", "dlion_avg", "onebit_adam",
+                                     "cub4_overlap"])
 def test_every_variant_whole_run_within_budget(variant, demo_tokens, tmp_path):
     run_and_resume(variant, demo_tokens, tmp_path)
 

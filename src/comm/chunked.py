@@ -7,7 +7,8 @@ momentum and gradient pieces), `source.encoded(chunk)` says they were used (Lion
 step)` is `run` with a flat vector at one end and a flat direction buffer at the other (`VectorSource`,
 `VectorSink`). Memory a reducer keeps: one float scratch chunk and `PIPELINE_DEPTH` slots of wire words (plus,
 for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK` elements), whatever the vector's length; and
-the flat direction of `reduce`, only when that is called.
+the flat direction of `reduce`, only when that is called. `launch(...)` starts a reduction and hands it back in
+flight (the overlapped step, src/optim/overlap.py): with one slot per chunk, the wire words of the whole vector.
 
 Options: `chunk` (elements per pipelined chunk; 0: the whole vector in one chunk, nothing overlapped) and `compile`
 (`auto`: compiled kernels from COMPILE_MIN_NUMEL elements up; true; false), see src/comm/codec.py.
@@ -21,7 +22,7 @@ import torch
 from src.comm import codec
 from src.comm.base import NonFiniteUpdateError, Reducer
 from src.comm.device import collective_device
-from src.comm.pipeline import PIPELINE_DEPTH, Chunk, ChunkPlan, run_pipeline
+from src.comm.pipeline import PIPELINE_DEPTH, Chunk, ChunkPlan, Pipeline
 
 DEFAULT_CHUNK = 1 << 21
 COMPILE_MIN_NUMEL = 1 << 20
@@ -120,7 +121,7 @@ class ChunkedReducer(Reducer):
         return codec.kernel(fn, self.compiled(numel))
 
     def slot(self, name: str, slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH slots)."""
+        """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH slots; one per chunk for `launch(depth=None)`)."""
         return self.workspace.get(f"{name}{slot}", numel, dtype, device)
 
     def scratch(self, plan: ChunkPlan, device: torch.device) -> torch.Tensor:
@@ -139,12 +140,18 @@ class ChunkedReducer(Reducer):
 
     def run(self, source, sink, step: int, numel: int, device: torch.device) -> None:
         """Reduce the `numel` update values `source` gives, chunk by chunk, into `sink` (see the module doc)."""
+        self.launch(source, sink, step, numel, device, PIPELINE_DEPTH).finish()
+
+    def launch(self, source, sink, step: int, numel: int, device: torch.device, depth: int | None = None) -> Pipeline:
+        """Start the reduction and return it in flight (`depth` collectives outstanding at most; None: every
+        chunk's, one buffer slot per chunk); the caller finishes it (`finish_through(index)`, `finish()`)."""
         plan = self.plan(numel)
         device = torch.device(device)
         self._check_device(device)
         context = self._begin(plan, source, sink, int(step), device)
-        run_pipeline(plan.chunks, lambda chunk, slot: self._stages(chunk, slot, context), self.timer,
-                     PIPELINE_DEPTH)
+        depth = len(plan.chunks) if depth is None else depth
+        pipeline = Pipeline(lambda chunk, slot: self._stages(chunk, slot, context), self.timer, depth)
+        return pipeline.launch(plan.chunks)
 
     def _check_device(self, device: torch.device) -> None:
         """Every buffer handed to a collective lives where the update does; the group must send from there

@@ -38,18 +38,27 @@ def kernel(fn, compiled: bool):
     return _COMPILED[fn]
 
 
+# Each set of constants (field width, tie rule, levels, world size...) is its own compilation of a function; a
+# process that runs several reducers (benchmarks, statistics, tests) needs more than dynamo's default 8 per function,
+# beyond which `fullgraph=True` fails and the eager path would run instead.
+RECOMPILE_LIMIT = 64
+
+
 class _Compiled:
     """`fn` under torch.compile, with every tensor argument's length marked dynamic (ints and strings stay
-    constants: `dynamic=True` would make the field width symbolic too, and the loop slow). Where compiling fails
+    constants: `dynamic=True` would make the field width symbolic too, and the loop slow), except for the functions
+    in STATIC_SHAPES. Where compiling fails
     (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result."""
 
     def __init__(self, fn):
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
+        self.dynamic = fn not in STATIC_SHAPES
 
     def __call__(self, *args):
         if self.compiled is not None:
             for arg in args:
-                if isinstance(arg, torch.Tensor):
+                if isinstance(arg, torch.Tensor) and self.dynamic:
                     torch._dynamo.maybe_mark_dynamic(arg, 0)
             try:
                 return self.compiled(*args)
@@ -82,8 +91,11 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
 
 
 def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> None:
-    """sign(x) + 1 in {0, 1, 2}: the sign with exact zeros kept (Fig. 3's "2-bit" allreduce), packed into `out`."""
-    shifted = (torch.sign(update) + 1).to(torch.int32 if bits == 16 else torch.uint8)
+    """sign(x) + 1 in {0, 1, 2}: the sign with exact zeros kept (Fig. 3's "2-bit" allreduce), packed into `out`
+    (fields of 2 bits or more: the pbit reducer widens 1-bit fields). NaN counts as zero (1), on both paths: a
+    float NaN cast to an integer is undefined and would differ between them."""
+    dtype = torch.int32 if bits == 16 else torch.uint8
+    shifted = 1 + (update > 0).to(dtype) - (update < 0).to(dtype)
     out.copy_(fold(shifted.view(fields_per_word(bits), -1), bits))
 
 
@@ -101,17 +113,40 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
 
 
 def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> None:
-    """Bitwise majority over the [world_size, m] words received for this rank's part of a chunk; ties by the rule."""
-    shifts = torch.arange(8, dtype=torch.int32, device=received.device).view(1, 8, 1)
-    ones = (torch.bitwise_right_shift(received.view(world_size, 1, -1).to(torch.int32), shifts) & 1).sum(0)
-    signed = 2 * ones - world_size
-    vote = (signed >= 0) if positive else (signed > 0)
-    out.copy_(fold(vote, 1))
+    """Bitwise majority over the [world_size, m] words received for this rank's part of a chunk; ties by the rule.
+
+    Bit-sliced: the votes of 8 elements are counted at once, in bit planes of the count (a ripple-carry adder of
+    bytes), then compared with the threshold: ones >= ceil(W / 2) for ties to +1, ones > W / 2 otherwise (i.e.
+    2 ones - W >= 0, resp. > 0). Byte-wide integer operations only: no unpacking to one integer per vote."""
+    planes = received.view(world_size, -1)
+    width = world_size.bit_length()  # bits of a count up to world_size
+    count = [torch.zeros_like(planes[0]) for _ in range(width)]
+    for i in range(world_size):
+        carry = planes[i]
+        for j in range(width):
+            count[j], carry = count[j] ^ carry, count[j] & carry
+    threshold = (world_size + 1) // 2 if positive else world_size // 2 + 1
+    greater, equal = torch.zeros_like(planes[0]), torch.full_like(planes[0], 255)
+    for j in reversed(range(width)):  # count >= threshold, from the most significant bit down
+        if (threshold >> j) & 1:
+            equal = equal & count[j]
+        else:
+            greater = greater | (equal & count[j])
+            equal = equal & ~count[j]
+    out.copy_(greater | equal)
 
 
 def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> None:
-    """+1 where the majority bit is set, -1 elsewhere."""
-    out.copy_(spread(words, 1).view(-1).to(torch.float32) * 2 - 1)
+    """+1 where the majority bit is set, -1 elsewhere (planar: bit j of word i is value j m + i)."""
+    masks = torch.bitwise_left_shift(torch.ones(8, 1, dtype=torch.int32, device=words.device),
+                                     torch.arange(8, dtype=torch.int32, device=words.device).view(8, 1))
+    set_bits = (words.to(torch.int32).view(1, -1) & masks) != 0
+    out.view(8, -1).copy_(torch.where(set_bits, 1.0, -1.0))
+
+
+# Compiled for each length they meet (a run meets two: the chunk and the last chunk): with a symbolic length,
+# inductor flattens the [8, m] output of the 1-bit decode into one loop with a division per element, 40x slower.
+STATIC_SHAPES = {decode_signs_1bit}
 
 
 def encode_cast(out: torch.Tensor, update: torch.Tensor) -> None:

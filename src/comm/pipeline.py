@@ -12,8 +12,8 @@ Layout: segments (the parameter tensors) sit in a padded vector (`src.quant.bloc
 padding), whose length is rounded up to `align` (whole words, whole blocks per field plane, or whole bytes per rank
 for the 1-bit all-to-all). A `Chunk` is a range of that padded vector with the `pieces` of segments it holds; a
 chunk without padding is `plain`: a view of the caller's flat vector does, no copy.
-A later overlap of communication with the next step's computation can keep the per-chunk generators alive across
-the step boundary and finish them chunk by chunk (every chunk carries its own state and buffers).
+The overlapped step (src/optim/overlap.py) keeps every chunk's generator alive across the step boundary (`Pipeline`
+with one slot per chunk) and finishes them chunk by chunk as the next forward pass reaches their parameters.
 """
 from __future__ import annotations
 
@@ -97,31 +97,60 @@ class Works:
 Stages = Generator[object, None, None]
 
 
-def run_pipeline(chunks: Sequence[Chunk], start: Callable[[Chunk, int], Stages], timer,
-                 depth: int = PIPELINE_DEPTH) -> None:
-    """Run `start(chunk, slot)` for every chunk, keeping at most `depth` collectives outstanding (see above)."""
-    free = list(range(depth - 1, -1, -1))  # a chunk is started only when fewer than `depth` are in flight
-    outstanding: deque = deque()  # (stages, slot, work), in the order the works were launched
+class Pipeline:
+    """Chunks in flight: `launch(chunks)` starts them in order, keeping at most `depth` collectives outstanding
+    (finishing the oldest to make room); `finish_through(index)` finishes every chunk up to `index`;
+    `finish()` finishes them all. Stages are advanced oldest first, so every rank issues its collectives in the
+    same order whatever the caller asks to finish when (a chunk's second collective is launched when its first
+    is waited on). `depth` at least the number of chunks launches them all at once: the overlapped step keeps them
+    in flight into the next step's forward pass (src/optim/overlap.py)."""
 
-    def finish_oldest() -> None:
-        stages, slot, work = outstanding.popleft()
-        with timer.phase("communicate"):
+    def __init__(self, start: Callable[[Chunk, int], Stages], timer, depth: int = PIPELINE_DEPTH):
+        self.start, self.timer, self.depth = start, timer, depth
+        self.free = list(range(depth - 1, -1, -1))
+        self.outstanding: deque = deque()  # (chunk index, stages, slot, work), in the order the works were launched
+        self.open: dict[int, int] = {}  # chunk index -> 1 while a work of it is outstanding (launch order)
+
+    @property
+    def done(self) -> bool:
+        return not self.outstanding
+
+    def _finish_oldest(self) -> None:
+        index, stages, slot, work = self.outstanding.popleft()
+        with self.timer.phase("communicate"):
             work.wait()
         following = next(stages, None)
         if following is None:
-            free.append(slot)
+            self.free.append(slot)
+            del self.open[index]
         else:
-            outstanding.append((stages, slot, following))
+            self.outstanding.append((index, stages, slot, following))
 
-    for chunk in chunks:
-        while not free or len(outstanding) >= depth:
-            finish_oldest()
-        slot = free.pop()
-        stages = start(chunk, slot)
-        work = next(stages, None)
-        if work is None:
-            free.append(slot)
-        else:
-            outstanding.append((stages, slot, work))
-    while outstanding:
-        finish_oldest()
+    def launch(self, chunks: Sequence[Chunk]) -> "Pipeline":
+        for chunk in chunks:
+            while not self.free or len(self.outstanding) >= self.depth:
+                self._finish_oldest()
+            slot = self.free.pop()
+            stages = self.start(chunk, slot)
+            work = next(stages, None)
+            if work is None:
+                self.free.append(slot)
+            else:
+                self.open[chunk.index] = 1
+                self.outstanding.append((chunk.index, stages, slot, work))
+        return self
+
+    def finish_through(self, index: int) -> None:
+        """Finish (wait, decode, commit) every chunk whose index is at most `index`."""
+        while self.open and next(iter(self.open)) <= index:  # launched in index order: the first key is the least
+            self._finish_oldest()
+
+    def finish(self) -> None:
+        while self.outstanding:
+            self._finish_oldest()
+
+
+def run_pipeline(chunks: Sequence[Chunk], start: Callable[[Chunk, int], Stages], timer,
+                 depth: int = PIPELINE_DEPTH) -> None:
+    """Run `start(chunk, slot)` for every chunk, keeping at most `depth` collectives outstanding (see above)."""
+    Pipeline(start, timer, depth).launch(chunks).finish()

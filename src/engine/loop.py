@@ -24,6 +24,10 @@ Deliberate difference: the training loss is rank 0's, not averaged over ranks, s
 the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
 the optimizer communicates; for Lion (32/16bit) the paper does not say whether clipping precedes the allreduce.
 
+Overlap (`variant.overlap=true`, src/optim/overlap.py): `optimizer.step()` returns with its collectives in flight
+and the next forward pass applies them; the loop settles the step first wherever the parameters are read outside a
+forward pass (evaluation, the replica guard, checkpoints, an injected perturbation, the last step).
+
 GPU path: one host synchronisation per step. The non-finite vote (`StepHooks.step_ok`) must reach the host before
 `optimizer.step()`, and its one transfer also brings the loss and gradient norm of the row; nothing else in a step
 waits for the device (checkpoints, the replica guard and evaluations do, at their own intervals). The `time/*` of a
@@ -74,10 +78,11 @@ class LoopResult:
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
-               hooks: StepHooks, stats=OFF) -> dict:
+               hooks: StepHooks, stats=OFF, settle: bool = False) -> dict:
     """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step known on the
     host: the step's `time/*` stay in `timer` and `optimizer.timer` (read by `PendingRows`, which leaves the
-    statistics' own `time/stats` out of `time/total`)."""
+    statistics' own `time/stats` out of `time/total`). `settle`: an overlapped optimizer step (src/optim/overlap.py)
+    is finished before returning, because something reads the parameters before the next forward pass."""
     with timer.phase("total"):
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -95,6 +100,8 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
             stats.before_step()
             optimizer.step()
             stats.after_step()
+            if settle and hasattr(optimizer, "settle"):
+                optimizer.settle()
         optimizer.zero_grad(set_to_none=True)
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}
 
@@ -135,10 +142,12 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
             hooks.begin(step)
             stats.begin(step)
             row = {"step": step}
-            row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats))
+            evaluates = step == total_steps or bool(every and step % every == 0)
+            row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats,
+                                  settle=evaluates or hooks.reads_state_at(step)))
             row.update({unit: step * per_step, **memory.row(), "skipped_steps": progress.skipped_steps})
             result.peak_memory_bytes = row["mem/peak_bytes"]
-            if step == total_steps or (every and step % every == 0):
+            if evaluates:
                 result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
                 row.update(result.last_eval)
             row["wall_time"] = time.perf_counter() - start

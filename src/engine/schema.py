@@ -144,6 +144,7 @@ class Variant:
     comm_dtype: str | None
     reducer: dict | None
     momentum_sync: dict | None
+    overlap: bool | None  # lion_cub: communication hidden behind the next forward pass (src/optim/overlap.py)
     # the neighbours' baselines (docs/baselines.md); their combinations are checked by validate_variant
     adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)
     bits: Count | None  # BitDP: 1 or 2

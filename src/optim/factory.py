@@ -3,7 +3,8 @@
 A variant mapping holds `optimizer` (`lion` | `lion_grad_allreduce` | `lion_cub`, or one of the baselines of
 src.optim.baselines: `adamw_grad_allreduce` | `onebit_adam` | `bitdp` | `ddp`), and per kind `comm_dtype`
 (gradient allreduce: fp32 | bf16 | fp16), `reducer` (`{name, quant, levels, bits, vote, zeros, ...}`) and
-`momentum_sync` (`{every, layers}`). Learning rate, betas and weight decay come from the optim config.
+`momentum_sync` (`{every, layers}`) and `overlap` (lion_cub: communication hidden behind the next forward pass,
+src/optim/overlap.py; default false). Learning rate, betas and weight decay come from the optim config.
 
 `reducer: {name: auto, ...}` (conf/variant/cub_auto.yaml) is resolved here, at build time, into the concrete
 Lion Cub reducer and field width that Table 1's model predicts to be fastest for the world size, the trainable
@@ -23,15 +24,17 @@ import torch.distributed as dist
 
 from src.comm import make_reducer
 from src.comm.auto import AutoChoice, choose_reducer
+from src.comm.chunked import ChunkedReducer
 from src.comm.network_fit import NetworkCosts, network_costs
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion, trainable
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases
+from src.optim.overlap import ForwardOverlap
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
-_KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync"},
+_KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync", "overlap"},
          **BASELINE_KEYS}
 _ALWAYS = {"name", "optimizer"}
 
@@ -104,7 +107,10 @@ def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module |
     options = dict(variant.get("reducer") or {})
     if "name" not in options:
         raise ValueError(f"variant {variant.get('name')!r}: lion_cub needs reducer.name")
-    make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
+    reducer = make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
+    if variant.get("overlap", False) and not isinstance(reducer, ChunkedReducer):
+        raise ValueError(f"variant {variant.get('name')!r}: overlap=true needs a pipelined reducer (pbit, onebit); "
+                         f"reducer {reducer.name!r} reduces the whole vector in one call")
     sync = MomentumSync.from_config(variant.get("momentum_sync"))
     if model is not None:
         sync.select([n for n, _ in named_parameters_with_aliases(model)])
@@ -139,7 +145,10 @@ def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, beta
                               group=group)
     world_size = dist.get_world_size(group) if dist.is_initialized() else 1
     variant, choice = resolve_auto(variant, world_size, _numel(model), network)
+    overlap = bool(variant.get("overlap", False))
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
-                        momentum_sync=variant.get("momentum_sync"), group=group)
+                        momentum_sync=variant.get("momentum_sync"), group=group, overlap=overlap,
+                        layout_order=list(model.parameters()))
     optimizer.reducer_choice = choice
+    optimizer.forward_overlap = ForwardOverlap(optimizer, model) if overlap else None
     return optimizer

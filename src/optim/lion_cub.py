@@ -17,6 +17,12 @@ and momentum. A reducer that offers only `reduce(update, step)` gets the flat up
 direction, as before. The step makes no host synchronisation (the step count is a Python int; the reducers do not
 check for NaN: the training loop's vote does, see src/comm/base.py for what a direct user gets).
 
+With `overlap=True` (src/optim/overlap.py) `step()` only launches the reduction: every chunk is encoded and its
+momentum stepped, and the directions are applied during the next forward pass (`ForwardOverlap` hooks) or by
+`settle()`; the result is bitwise that of the synchronous step. `layout_order` orders the parameters in the
+communicated vector (the factory passes the model's registration order, for both paths: the overlapped step needs
+the first chunks to hold the first modules' parameters).
+
 Steps count from 1 (the tie rule alternates on step parity). Phases are timed into `self.timer`: `update`
 (steps 1, 3, 4), `quantize` and `communicate` (inside the reducer), and momentum sync under `communicate`.
 Documented behaviour: a trainable parameter whose `.grad` is None takes a zero gradient (so every rank keeps the
@@ -25,7 +31,8 @@ Deliberate difference from the paper: none in the update; Algorithm 1's weight d
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import contextlib
+from typing import Iterable, Mapping, Sequence
 
 import torch
 from torch.optim import Optimizer
@@ -37,6 +44,8 @@ from src.comm.workspace import Workspace
 from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_
 from src.optim.momentum_sync import MomentumSync, allreduce_mean_
 from src.utils.timing import PhaseTimer
+
+OVERLAPPED = "overlapped"  # the phase of an overlapped step's work done inside the next forward pass
 
 
 class LionCub(Optimizer):
@@ -50,24 +59,33 @@ class LionCub(Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0, reducer: str | Mapping | Reducer = "pbit",
-                 momentum_sync: MomentumSync | Mapping | None = None, group=None):
+                 momentum_sync: MomentumSync | Mapping | None = None, group=None, overlap: bool = False,
+                 layout_order: Sequence[torch.Tensor] | None = None):
         check_hyperparameters(lr, betas, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
         self.group = group
-        self._params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
-        if not self._params:
+        members = [(p, i, n) for i, g in enumerate(self.param_groups)
+                   for p, n in zip(g["params"], g.get("param_names", [None] * len(g["params"]))) if p.requires_grad]
+        if not members:
             raise ValueError("LionCub: no trainable parameter (every parameter has requires_grad=False)")
+        if layout_order is not None:  # the communicated vector in this order (the overlapped step needs forward order)
+            position = {id(p): k for k, p in enumerate(layout_order)}
+            members.sort(key=lambda m: position.get(id(m[0]), len(position)))
+        self._params = [p for p, _, _ in members]
+        self._group_of = [i for _, i, _ in members]
         self._sizes = [p.numel() for p in self._params]
-        self._group_of = [i for i, g in enumerate(self.param_groups) for p in g["params"] if p.requires_grad]
         self.timer = PhaseTimer(device=self._params[0].device)
         self._workspace = Workspace()
         self.reducer = self._build_reducer(reducer)
         self.world_size = self.reducer.world_size
         self.momentum_sync = MomentumSync.from_config(momentum_sync)
-        names = [n for g in self.param_groups
-                 for n, p in zip(g.get("param_names", [None] * len(g["params"])), g["params"]) if p.requires_grad]
-        self._sync_mask = self.momentum_sync.select(names)
+        self._sync_mask = self.momentum_sync.select([n for _, _, n in members])
         self._chunked = isinstance(self.reducer, ChunkedReducer) and all(p.is_contiguous() for p in self._params)
+        if overlap and not self._chunked:
+            raise ValueError(f"LionCub: overlap=true needs a pipelined reducer (pbit, onebit) and contiguous "
+                             f"parameters; {type(self.reducer).__name__} reduces the flat vector in one call")
+        self.overlap = bool(overlap)
+        self._inflight = None  # the overlapped step's reduction, still in flight (src/optim/overlap.py)
         self._steps = 0
         self._chunk_groups: dict[int, list] = {}
 
@@ -89,12 +107,22 @@ class LionCub(Optimizer):
             state["step"] = torch.tensor(0.0)
         return state
 
-    def _group_lists(self, group: dict) -> tuple[list, list, list]:
-        params = [p for p in group["params"] if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        if any(g.is_sparse for g in grads):
-            raise RuntimeError("LionCub does not support sparse gradients")
-        return params, grads, [self._state(p)["exp_avg"] for p in params]
+    def _triples(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(parameter, gradient, momentum) of every trainable parameter, in the layout order."""
+        out = []
+        for p in self._params:
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            if g.is_sparse:
+                raise RuntimeError("LionCub does not support sparse gradients")
+            out.append((p, g, self._state(p)["exp_avg"]))
+        return out
+
+    def _by_group(self) -> dict[int, list[int]]:
+        """Positions in the layout of each param group's parameters (foreach ops run per group)."""
+        out: dict[int, list[int]] = {}
+        for k, index in enumerate(self._group_of):
+            out.setdefault(index, []).append(k)
+        return out
 
     @property
     def steps_done(self) -> int:
@@ -106,11 +134,13 @@ class LionCub(Optimizer):
         return self._workspace.nbytes() + reducer
 
     def state_dict(self) -> dict:
+        self.settle()
         out = super().state_dict()
         out["reducer"] = self.reducer.state_dict()
         return out
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self.settle()
         state_dict = dict(state_dict)
         reducer_state = state_dict.pop("reducer", {})
         super().load_state_dict(state_dict)
@@ -121,14 +151,15 @@ class LionCub(Optimizer):
     # --- the step ---------------------------------------------------------------------------------------------
     @torch.no_grad()
     def step(self, closure=None):
+        self.settle()
         loss = evaluate_closure(closure)
         step = self._steps + 1
         with self.timer.phase("update"):
-            lists = [self._group_lists(g) for g in self.param_groups]
+            triples = self._triples()
         if self._chunked:
-            self._chunked_step(lists, step)
+            self._chunked_step(triples, step)
         else:
-            self._flat_step(lists, step)
+            self._flat_step(triples, step)
         with self.timer.phase("update"):
             torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
         self._steps = step
@@ -137,15 +168,47 @@ class LionCub(Optimizer):
             allreduce_mean_(exp_avgs, self.world_size, self.group, self.timer, self._workspace)
         return loss
 
-    def _chunked_step(self, lists: list[tuple[list, list, list]], step: int) -> None:
-        """Steps 1-4 inside the reducer's pipeline (see the module docstring)."""
-        flat = [(p.view(-1), g.reshape(-1), m.view(-1)) for params, grads, exp_avgs in lists
-                for p, g, m in zip(params, grads, exp_avgs)]
+    def _chunked_step(self, triples: list[tuple], step: int) -> None:
+        """Steps 1-4 inside the reducer's pipeline (see the module docstring); with overlap, launched only."""
+        flat = [(p.view(-1), g.reshape(-1), m.view(-1)) for p, g, m in triples]
         plan = self.reducer.plan(sum(self._sizes))
         if plan.numel not in self._chunk_groups:
             self._chunk_groups[plan.numel] = [self._split_by_group(chunk) for chunk in plan.chunks]
         ends = _ChunkEnds(self, flat, self._chunk_groups[plan.numel])
-        self.reducer.run(ends, ends, step, plan.numel, self._params[0].device)
+        if self.overlap:  # every chunk encoded and in flight; the next forward pass applies them
+            self._inflight = self.reducer.launch(ends, ends, step, plan.numel, self._params[0].device, depth=None)
+            ends.release_gradients()
+        else:
+            self.reducer.run(ends, ends, step, plan.numel, self._params[0].device)
+
+    # --- the overlapped step (src/optim/overlap.py) ----------------------------------------------------------
+    @torch.no_grad()
+    def finish_through(self, index: int, phase: str = OVERLAPPED) -> None:
+        """Apply the in-flight step's chunks through chunk `index` (a forward pre-hook; timed under `phase` too)."""
+        if self._inflight is None:
+            return
+        with self.timer.phase(phase):
+            self._inflight.finish_through(index)
+        if self._inflight.done:
+            self._inflight = None
+
+    @torch.no_grad()
+    def settle(self, phase: str | None = None) -> None:
+        """Finish the in-flight step, if any: afterwards parameters and state are those of the synchronous step."""
+        if self._inflight is None:
+            return
+        with self.timer.phase(phase) if phase else contextlib.nullcontext():
+            self._inflight.finish()
+        self._inflight = None
+
+    def last_chunk_of_params(self) -> dict[int, int]:
+        """id(parameter) -> index of the last chunk holding part of it (chunked reducers only)."""
+        plan = self.reducer.plan(sum(self._sizes))
+        last = {}
+        for chunk in plan.chunks:
+            for piece in chunk.pieces:
+                last[id(self._params[piece.segment])] = chunk.index
+        return last
 
     def _split_by_group(self, chunk: Chunk) -> list[tuple[int, list]]:
         by_group: dict[int, list] = {}
@@ -153,24 +216,27 @@ class LionCub(Optimizer):
             by_group.setdefault(self._group_of[piece.segment], []).append(piece)
         return sorted(by_group.items())
 
-    def _flat_step(self, lists: list[tuple[list, list, list]], step: int) -> None:
+    def _flat_step(self, triples: list[tuple], step: int) -> None:
         """Steps 1-4 around a reducer that offers only `reduce(update, step)` (flat update and direction)."""
+        groups = self._by_group()
         with self.timer.phase("update"):
             flat = self._workspace.get("update", sum(self._sizes), torch.float32, self._params[0].device)
-            views = iter(flat.split(self._sizes))
-            for (params, grads, exp_avgs), g in zip(lists, self.param_groups):
-                beta1 = g["betas"][0]
-                targets = [next(views).view_as(p) for p in params]
-                torch._foreach_copy_(targets, exp_avgs)
+            views = flat.split(self._sizes)
+            for index, members in groups.items():
+                beta1 = self.param_groups[index]["betas"][0]
+                targets = [views[k].view_as(triples[k][0]) for k in members]
+                torch._foreach_copy_(targets, [triples[k][2] for k in members])
                 torch._foreach_mul_(targets, beta1)
-                torch._foreach_add_(targets, grads, alpha=1.0 - beta1)
+                torch._foreach_add_(targets, [triples[k][1] for k in members], alpha=1.0 - beta1)
         direction = self.reducer.reduce(flat, step)
         with self.timer.phase("update"):
-            chunks = iter(direction.split(self._sizes))
-            for (params, grads, exp_avgs), g in zip(lists, self.param_groups):
-                dirs = [next(chunks).view_as(p).to(p.dtype) for p in params]
-                apply_direction_(params, dirs, g["lr"], g["weight_decay"])
-                lion_momentum_(exp_avgs, grads, g["betas"][1])
+            chunks = direction.split(self._sizes)
+            for index, members in groups.items():
+                g = self.param_groups[index]
+                params = [triples[k][0] for k in members]
+                apply_direction_(params, [chunks[k].view_as(p).to(p.dtype) for k, p in zip(members, params)],
+                                 g["lr"], g["weight_decay"])
+                lion_momentum_([triples[k][2] for k in members], [triples[k][1] for k in members], g["betas"][1])
 
 
 class _ChunkEnds:
@@ -183,7 +249,14 @@ class _ChunkEnds:
     phase = "update"
 
     def __init__(self, optimizer: LionCub, flat: list[tuple], chunk_groups: list):
-        self.groups, self.flat, self.chunk_groups = optimizer.param_groups, flat, chunk_groups
+        self.flat, self.chunk_groups = flat, chunk_groups
+        # this step's lr, weight decay and betas: an overlapped step commits after the loop set the next lr
+        self.groups = [dict(lr=g["lr"], weight_decay=g["weight_decay"], betas=g["betas"])
+                       for g in optimizer.param_groups]
+
+    def release_gradients(self) -> None:
+        """Every chunk is encoded and its momentum stepped: keep only the parameters (the commits need them)."""
+        self.flat = [(p, None, None) for p, _, _ in self.flat]
 
     def _pieces(self, pieces: list, which: int) -> list[torch.Tensor]:
         return [self.flat[p.segment][which][p.offset: p.offset + p.length] for p in pieces]

@@ -107,6 +107,13 @@ class StepHooks:
         return (step == self.total_steps or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
                 or self.stops_at(step))
 
+    def reads_state_at(self, step: int) -> bool:
+        """Whether `end(step)` reads or changes the parameters (replica guard, checkpoint, an injected perturbation
+        on any rank): an overlapped optimizer step (src/optim/overlap.py) is finished before it. The same answer on
+        every rank."""
+        perturb = self.faults.perturb is not None and self.faults.perturb[1] == step
+        return self.saves_at(step) or bool(self.guard_every and step % self.guard_every == 0) or perturb
+
     def end(self, step: int) -> bool:
         """After the step's row: guard, checkpoint; True when every rank agreed to stop here on a signal."""
         self.faults.maybe_perturb(step, self.params)
