@@ -8,17 +8,16 @@ value of its rows' `mem/*` keys (src/engine/step_stats.py): on CUDA `mem/peak_al
 own buffers are in neither); on CPU `mem/peak_bytes` (the process's resident set size). Bars are grouped by model
 size (the run's parameter count, from summary.json), one bar per run label (`run.label`, else the variant); runs
 of one label and size (several seeds or ranks' views) show their largest peak. CUDA runs draw two panels,
-allocated and reserved; CPU runs draw RSS. Writes FOLDER/figA1.png, FOLDER/figA1.pdf and FOLDER/figA1.csv.
-Exits with status 2 and says what is missing when no run, or no run with the memory keys, is given.
+allocated and reserved; CPU runs draw RSS. Writes FOLDER/figA1.png, FOLDER/figA1.pdf, FOLDER/figA1.csv and
+findings.json (checks: the methods' peaks nearly equal at the smallest size; Lion Cub 1-bit's the largest at the
+largest size). Exits with status 2 and says what is missing when no run, or no run with the memory keys, is given.
 
 Deliberate difference from the paper: the paper shows one maximum per method and size without saying which
 allocator statistic; we show allocated and reserved side by side, and CPU runs on their own panel.
 """
 from __future__ import annotations
 
-import argparse
 import csv
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -26,23 +25,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.runs import Run, load_run  # noqa: E402
+from analysis.figure_cli import Check, Result, cli, need  # noqa: E402
+from analysis.runs import Run  # noqa: E402
 
 VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
 PANELS = {"allocated": ("mem/peak_allocated_bytes", "CUDA peak allocated"),
           "reserved": ("mem/peak_reserved_bytes", "CUDA peak reserved"),
           "rss": ("mem/peak_bytes", "CPU peak RSS")}
-
-
-def find_runs(paths: list[str | Path]) -> list[Path]:
-    """Run folders among `paths` and their direct subfolders."""
-    found = []
-    for path in map(Path, paths):
-        if (path / "metrics.jsonl").is_file():
-            found.append(path)
-        elif path.is_dir():
-            found += sorted(p for p in path.iterdir() if (p / "metrics.jsonl").is_file())
-    return found
 
 
 def _peak(run: Run, key: str) -> int | None:
@@ -53,7 +42,7 @@ def _peak(run: Run, key: str) -> int | None:
 def memory_row(run: Run) -> dict | None:
     """Label, size and peaks of one run; None when its rows carry no memory key."""
     cuda = _peak(run, PANELS["allocated"][0])
-    row = {"label": run.label, "run": str(run.path), "params": run.summary.get("model_parameters"),
+    row = {"label": run.label, "variant": run.variant, "run": str(run.path), "params": run.summary.get("model_parameters"),
            "world_size": run.summary.get("world_size"), "device": "cuda" if cuda is not None else "cpu"}
     if cuda is not None:
         row.update(allocated=cuda, reserved=_peak(run, PANELS["reserved"][0]))
@@ -69,12 +58,12 @@ def size_label(params: int | None) -> str:
     return "?" if not params else f"{params / 1e9:.2f}B" if params >= 1e9 else f"{params / 1e6:.0f}M"
 
 
-def collect(rows: list[dict], panel: str) -> dict[tuple[str, str], int]:
-    """(size, label) -> the largest peak of that panel among the rows."""
+def collect(rows: list[dict], panel: str, by: str = "label") -> dict[tuple[str, str], int]:
+    """(size, label) -> the largest peak of that panel among the rows (`by="variant"`: per variant name)."""
     out: dict[tuple[str, str], int] = {}
     for r in rows:
         if r.get(panel) is not None:
-            key = (size_label(r["params"]), r["label"])
+            key = (size_label(r["params"]), r[by])
             out[key] = max(out.get(key, 0), r[panel])
     return out
 
@@ -116,25 +105,39 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
+def checks(rows: list[dict]) -> list[Check]:
+    """The paper's finding, per panel: the methods' peaks nearly equal at the smallest size (within 10 %), and
+    Lion Cub 1-bit's the largest at the largest size (its packing buffers)."""
+    result = []
+    for panel in [p for p in PANELS if any(r.get(p) is not None for r in rows)]:
+        peaks = collect(rows, panel)
+        params = {size_label(r["params"]): r["params"] or 0 for r in rows}
+        sizes = sorted({s for s, _ in peaks}, key=params.get)
+        small = {label: v for (s, label), v in peaks.items() if s == sizes[0]}
+        if len(small) > 1:
+            spread = max(small.values()) / min(small.values()) - 1
+            result.append(Check(f"{PANELS[panel][1]}, {sizes[0]}: every method's peak is nearly the same "
+                                "(within 10 %)", f"largest / smallest - 1 = {100 * spread:.1f} % over "
+                                f"{len(small)} methods", round(spread, 4) <= 0.10))
+        large = {variant: v for (s, variant), v in collect(rows, panel, by="variant").items() if s == sizes[-1]}
+        if "cub1" in large and len(large) > 1 and len(sizes) > 1:
+            top = max(large, key=large.get)
+            result.append(Check(f"{PANELS[panel][1]}, {sizes[-1]}: Lion Cub 1-bit needs the most memory",
+                                ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(large.items())),
+                                top == "cub1"))
+    return result
+
+
+def make(runs: list[Run], out: Path) -> Result:
+    rows = [row for row in (memory_row(run) for run in runs) if row is not None]
+    keys = ", ".join(key for key, _ in PANELS.values())
+    need(bool(rows), f"none of the {len(runs)} run(s) logged peak memory ({keys}); they were written before "
+                     "lioncub logged memory, or are not training runs")
+    return Result([*plot(rows, out), write_csv(rows, out / "figA1.csv")], checks(rows))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", help="run folders, or folders of run folders")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    run_dirs = find_runs(args.runs)
-    if not run_dirs:
-        print(f"figA1: no run folder (with metrics.jsonl) in {', '.join(args.runs)}", file=sys.stderr)
-        return 2
-    rows = [row for row in (memory_row(load_run(d)) for d in run_dirs) if row is not None]
-    if not rows:
-        keys = ", ".join(key for key, _ in PANELS.values())
-        print(f"figA1: none of the {len(run_dirs)} run(s) logged peak memory ({keys}); they were written before "
-              "lioncub logged memory, or are not training runs", file=sys.stderr)
-        return 2
-    paths = [*plot(rows, Path(args.out)), write_csv(rows, Path(args.out) / "figA1.csv")]
-    for path in paths:
-        print(path)
-    return 0
+    return cli(make, "Fig. A.1", "analysis.figA1", __doc__, argv=argv, nothing="no run folder (with metrics.jsonl)")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ def test_figA1_draws_allocated_reserved_and_rss_per_variant_and_size(tmp_path):
                        "mem/peak_reserved_bytes": (base + extra + 2) * gib}, {"mem/peak_allocated_bytes": 1}])
     cpu = make_run(tmp_path, "cpu-run", "cub1", 3_340_000, [{"mem/peak_bytes": 900 * 2**20}])
     assert figA1([str(runs), str(cpu), "--out", str(tmp_path / "out")]) == 0
+    checks = json.loads((tmp_path / "out" / "findings.json").read_text())["checks"]
+    assert [c["holds"] for c in checks if "nearly the same" in c["claim"]] == [True, True]  # 350M: 10 vs 11, 12 vs 13 GiB
+    assert {c["claim"] for c in checks if "1-bit" in c["claim"]} == set()  # no 1-bit run at the largest size
     assert (tmp_path / "out" / "figA1.png").stat().st_size > 0 and (tmp_path / "out" / "figA1.pdf").is_file()
     rows = {(r["label"], r["params"]): r for r in csv.DictReader(open(tmp_path / "out" / "figA1.csv"))}
     assert rows[("cub4", "774000000")]["allocated"] == str(21 * gib)  # the largest row, not the last
@@ -54,7 +57,7 @@ def test_figA1_exits_2_naming_what_is_missing(tmp_path, capsys):
     assert figA1([str(old), "--out", str(tmp_path / "out")]) == 2
     assert "logged peak memory" in capsys.readouterr().err
     assert figA1([str(tmp_path / "empty"), "--out", str(tmp_path / "out")]) == 2
-    assert "no run folder" in capsys.readouterr().err
+    assert "cannot draw Fig. A.1" in (err := capsys.readouterr().err) and "empty: no such folder" in err
 
 
 def test_storage_tracker_follows_allocations_until_their_last_tensor_dies():
