@@ -78,11 +78,12 @@ class LoopResult:
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
-               hooks: StepHooks, stats=OFF, settle: bool = False) -> dict:
+               hooks: StepHooks, stats=OFF, settle=lambda: False) -> dict:
     """One optimizer step (or a skipped one: see StepHooks.step_ok); returns the metrics of that step known on the
     host: the step's `time/*` stay in `timer` and `optimizer.timer` (read by `PendingRows`, which leaves the
-    statistics' own `time/stats` out of `time/total`). `settle`: an overlapped optimizer step (src/optim/overlap.py)
-    is finished before returning, because something reads the parameters before the next forward pass."""
+    statistics' own `time/stats` out of `time/total`). `settle()`, asked after the step (a stop signal is agreed in
+    its vote): true when something reads the parameters before the next forward pass, so an overlapped optimizer
+    step (src/optim/overlap.py) is finished before returning."""
     with timer.phase("total"):
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -100,7 +101,7 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
             stats.before_step()
             optimizer.step()
             stats.after_step()
-            if settle and hasattr(optimizer, "settle"):
+            if hasattr(optimizer, "settle") and settle():
                 optimizer.settle()
         optimizer.zero_grad(set_to_none=True)
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}
@@ -144,7 +145,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
             row = {"step": step}
             evaluates = step == total_steps or bool(every and step % every == 0)
             row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats,
-                                  settle=evaluates or hooks.reads_state_at(step)))
+                                  settle=lambda: evaluates or hooks.reads_state_at(step)))
             row.update({unit: step * per_step, **memory.row(), "skipped_steps": progress.skipped_steps})
             result.peak_memory_bytes = row["mem/peak_bytes"]
             if evaluates:
