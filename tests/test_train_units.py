@@ -136,3 +136,17 @@ def test_wandb_logger_reuses_the_run_id_of_a_run_folder(tmp_path, monkeypatch):
     assert len(files) == 2 and {f.name for f in files} == {f"run-{run_id}.wandb"}  # one folder per attempt
     steps = [row["_step"] for f in files for row in read_history(f)]
     assert sorted(steps) == [1, 2]
+
+
+def test_starting_a_gpt_run_imports_no_vision_or_wandb_package():
+    """Every rank of every run imports src.train: timm, torchvision and wandb (about 3 s per process here) are
+    imported only by the runs that use them (a DeiT, the CIFAR transforms, logger=wandb)."""
+    code = ("import sys, src.train, src.models, src.data; "
+            "print(sorted(m for m in ('timm', 'torchvision', 'wandb') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"
+    from src.data.cifar_transforms import eval_transform
+    from src.models import build_model
+    assert type(eval_transform(64)).__name__ == "Compose"  # the lazy imports still build what they built
+    assert type(build_model("deit", size="tiny", num_classes=10, img_size=32)).__name__ == "VisionTransformer"

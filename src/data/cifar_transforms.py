@@ -11,7 +11,6 @@ last; the paper does not say how it fed 32 px images to DeiT.
 from __future__ import annotations
 
 import torch
-from torchvision import transforms as T
 
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
@@ -38,12 +37,21 @@ class Cutout:
         return f"{type(self).__name__}(n_holes={self.n_holes}, length={self.length})"
 
 
+def _transforms():
+    """torchvision's transforms, imported when a vision run builds its pipeline (a GPT run never loads them)."""
+    from torchvision import transforms
+
+    return transforms
+
+
 def _resize(img_size: int) -> list:
+    T = _transforms()
     return [] if img_size == 32 else [T.Resize((img_size, img_size), antialias=True)]
 
 
-def train_transform(img_size: int = 32) -> T.Compose:
+def train_transform(img_size: int = 32):
     """Training augmentation of Appendix D.2 (PIL image in, normalized (3, img_size, img_size) float tensor out)."""
+    T = _transforms()
     return T.Compose([
         T.RandomCrop(32, padding=4),
         T.RandomHorizontalFlip(),
@@ -55,6 +63,7 @@ def train_transform(img_size: int = 32) -> T.Compose:
     ])
 
 
-def eval_transform(img_size: int = 32) -> T.Compose:
+def eval_transform(img_size: int = 32):
     """Evaluation transform: ToTensor, Normalize, and Resize to `img_size` when it is not 32."""
+    T = _transforms()
     return T.Compose([T.ToTensor(), T.Normalize(CIFAR100_MEAN, CIFAR100_STD), *_resize(img_size)])

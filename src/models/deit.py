@@ -21,10 +21,8 @@ Deliberate differences / choices:
 
 import os
 
-import timm
 import torch
 import torch.nn as nn
-from timm.layers import resample_abs_pos_embed
 
 DEIT_VARIANTS = {
     "tiny": "deit_tiny_patch16_224",
@@ -70,6 +68,8 @@ def adapt_state_dict(state: dict, model: nn.Module) -> dict:
         if key in state and key in target and state[key].shape != target[key].shape:
             del state[key]
     if "pos_embed" in state and state["pos_embed"].shape != target["pos_embed"].shape:
+        from timm.layers import resample_abs_pos_embed
+
         state["pos_embed"] = resample_abs_pos_embed(
             state["pos_embed"],
             new_size=list(model.patch_embed.grid_size),
@@ -106,6 +106,8 @@ def build_deit(
     if img_size % 16 != 0:
         raise ValueError(f"img_size must be a multiple of the patch size 16, got {img_size}")
     arch = DEIT_VARIANTS[size]
+    import timm  # here, not at the top: a GPT or ResNet run never pays timm's import (seconds per process)
+
     model = timm.create_model(arch, pretrained=False, num_classes=num_classes, img_size=img_size)
     if pretrained_path is not None:
         load_pretrained(model, os.fspath(pretrained_path), arch)

@@ -15,8 +15,6 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from wandb.proto import wandb_internal_pb2
-
 _FILE_HEADER = struct.Struct("<4sHB")
 _IDENT, _MAGIC, _VERSION = b":W&B", 0xBEE1, 0
 _REC_HEADER = struct.Struct("<IHB")
@@ -52,7 +50,10 @@ def _payloads(raw: bytes) -> Iterator[bytes]:
             pending = bytearray()
 
 
-def read_records(path: str | Path) -> Iterator[wandb_internal_pb2.Record]:
+def read_records(path: str | Path) -> Iterator:
+    """The file's `wandb_internal_pb2.Record`s (wandb is imported here, not by every run that imports lioncub)."""
+    from wandb.proto import wandb_internal_pb2
+
     raw = Path(path).read_bytes()
     ident, magic, version = _FILE_HEADER.unpack_from(raw, 0)
     if (ident, magic, version) != (_IDENT, _MAGIC, _VERSION):
