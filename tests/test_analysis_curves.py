@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from analysis import fig3, fig6, fig9, fig12, fig13, figA2, figA3
+from analysis.runs import load_run
 from fake_runs import curve_rows, gpt_config, write_run
 
 
@@ -93,6 +96,14 @@ def test_fig12_lion_cub_faster_and_comparable(tmp_path):
     speed_run(runs, "cub4", 0.99, 6.5, 0.3)                 # 4-bit no longer comparable at beta2 0.99
     assert fig12.main([str(runs), "--out", str(out)]) == 0
     assert list(verdicts(out).values())[:2] == [False, False]
+
+
+def test_fig12_says_how_much_of_the_model_the_synced_head_is(tmp_path):
+    config = gpt_config("cub4", "cub4 head", 0.95, sync="head")
+    config["model"]["params"].update(vocab_size=50257, n_embd=64)
+    run = load_run(write_run(tmp_path / "head", config, curve_rows(falling(6.0), 0.3, eval_every=10)))
+    assert fig12.head_share(run) == pytest.approx(50257 * 64 / 3_339_648)  # tied tiny GPT: 96% is the head
+    assert fig12.head_share(load_run(write_run(tmp_path / "bare", gpt_config(), curve_rows([6.0, 5.0], 1.0)))) is None
 
 
 def test_fig13_vision_accuracy(tmp_path):
