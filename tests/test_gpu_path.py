@@ -142,8 +142,8 @@ def test_nonfinite_stop_within_budget(demo_tokens, tmp_path):
 
 @pytest.mark.slow
 def test_statistics_steps_hand_the_collectives_device_tensors(demo_tokens, tmp_path):
-    """`stats.every=3` (issue 8's statistics: allreduces of sums and of quantized codes): no host tensor reaches a
-    collective; the steps without statistics keep the budget (a statistics step may synchronise: its time is
+    """`stats.every=3` (issue 8's statistics: all-to-alls of c, of quantized codes and of momenta): no host tensor
+    reaches a collective; the steps without statistics keep the budget (a statistics step may synchronise: its time is
     `time/stats`, outside the timed step)."""
     proc, reports = watched_run(tmp_path / "run", tmp_path / "double", "cub4", f"data.dir={demo_tokens}",
                                 "stats.every=3")

@@ -141,15 +141,15 @@ def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, le
     A NaN input gives code 0 (the reducers send well-defined codes even for input they were told not to check).
     """
     x = blocks
-    y = x * inverse.unsqueeze(-1)
+    y = x * inverse.unsqueeze(-1)  # the only new full-size tensor: every step below works in place on y or q
     if method == "l1":
-        q = torch.round(y).clamp(-levels, levels)
+        q = y.round_().clamp_(-levels, levels)
     elif method in ("linf", "linf_nozero"):
-        floor = torch.floor(y)
-        q = (floor + (noise < (y - floor)).to(y.dtype)).clamp(-levels, levels)
+        q = torch.floor(y)
+        q.add_(noise < y.sub_(q)).clamp_(-levels, levels)  # floor + (u < fraction): unbiased stochastic rounding
         if method == "linf_nozero":
             q = torch.where((q == 0) & (x != 0), torch.sign(x), q)
     else:  # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
-        rel = y.abs().clamp(min=torch.finfo(torch.float32).tiny)
-        q = torch.sign(x) * (torch.round(torch.log2(rel)) + levels).clamp(0, levels)
-    return torch.where(q == q, q, torch.zeros_like(q))  # q != q only for NaN
+        q = y.abs_().clamp_(min=torch.finfo(torch.float32).tiny).log2_().round_().add_(levels).clamp_(0, levels)
+        q.mul_(torch.sign(x))
+    return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map)

@@ -4,9 +4,10 @@ Table 2, Section 4.1 / Fig. 4, Section 4.2 / Fig. 5 and C.1, Section 5.1 / Fig. 
 Every `stats.every` steps (conf/config.yaml's `stats:` block; 0 = off, which builds nothing and costs nothing), on
 the update vectors c_i = beta1 * m_i + (1 - beta1) * g_i of that step (g_i: rank i's clipped local gradient, m_i:
 the momentum the optimizer is about to use; shared for Lion 32/16-bit, local for Lion Cub), before the optimizer
-uses them, and on the momentum after the step. Sums over ranks are allreduces (float32 for c and the momentum,
-int8/int32 for quantized codes), one bucket of parameters at a time; no rank gathers another's vector. Rank 0 logs.
-Its time is `time/stats`, outside `time/total`, `train_time` and the phases of Table A.1.
+uses them, and on the momentum after the step. Sums over ranks are sharded, one bucket of parameters at a time:
+an all-to-all of c (float32), of the quantized codes (int8) and of the momentum (float32) gives rank j every rank's
+values of shard j, which it sums and counts; the per-layer tables then meet on rank 0. No rank gathers another's whole
+vector. Rank 0 logs. Its time is `time/stats`, outside `time/total`, `train_time` and the phases of Table A.1.
 
 Modules: `config` (the `stats:` block, checked before training), `agreement` (across-rank sums and sign counts),
 `distribution` (rank 0's per-layer histograms and Laplace/Gaussian fits), `report` (keys, arrays file, W&B
@@ -30,7 +31,8 @@ Keys (metrics.jsonl and W&B; percentages are of elements, in [0, 100]):
 - `stats/fit/laplace_ll/<layer>`, `stats/fit/gauss_ll/<layer>` (mean log-likelihood per element of the MLE fit,
   nats, higher is better) and `stats/fit/laplace_ks/<layer>`, `stats/fit/gauss_ks/<layer>` (Kolmogorov-Smirnov
   distance on at most `stats.fit_samples` sampled elements, lower is better), of rank 0's c.
-- `time/stats`: seconds of the statistics on this step (rank 0).
+- `time/stats`: seconds of the statistics on this step (rank 0), and its parts `time/stats/<part>` (src/stats/hook.py):
+  `update`, `quantize`, `describe`, `communicate`, `count`, `spread`, `report`.
 - W&B only: `stats/hist/values/<layer>`, `stats/hist/log10_abs/<layer>` (wandb.Histogram).
 `<layer>` is the name from `model.named_parameters()`; a tied tensor is named by all its names joined by commas
 (`transformer.wte.weight,lm_head.weight` for the tied GPT), as momentum synchronization names it

@@ -6,13 +6,18 @@ will use); `after_step()` right after it (the momentum after the step); then rea
 step's time) and `pop()` (the row's `stats/...` keys and `time/stats`). On a statistics step:
 
 before_step, per bucket of consecutive parameters (at most `stats.bucket_elements` elements, a larger parameter
-alone), with the bucket's c_i = beta1 * m_i + (1 - beta1) * g_i in one float32 buffer on the process group's
-device: rank 0 describes its own c per selected layer (src/stats/distribution.py); every rank joins one float32
-allreduce of c and one integer allreduce of the quantized codes of every method (src/stats/agreement.py); rank 0
-counts signs per layer. after_step: two float32 allreduces per bucket for the momentum spread. Then rank 0 moves
-everything it kept on the device to the host in one transfer, writes the arrays file and the W&B histograms.
-Peak extra memory is about 30 bytes per element of the largest bucket (e.g. 2 GB for GPT 774M's untied
-50257 x 1280 embedding).
+alone), with the bucket's c_i = beta1 * m_i + (1 - beta1) * g_i in one zero-padded float32 buffer on the process
+group's device: every rank quantizes its c with every method and starts one all-to-all of c and one of the codes
+(src/stats/agreement.py: rank j receives every rank's shard j); while they travel, rank 0 describes its own c per
+selected layer (src/stats/distribution.py); then every rank counts the sign agreements of its shard per layer.
+after_step: one all-to-all of the momenta per bucket for the spread, then one all-gather of every rank's small
+per-layer tables, and rank 0 moves everything it kept on the device to the host in one transfer and writes the row,
+the arrays file and the W&B histograms.
+The row's `time/stats` is split into `time/stats/<part>` (rank 0): `update` (building c), `quantize`, `describe`,
+`communicate` (waiting for the all-to-alls of c and the codes, and the all-gather), `count`, `spread` (the
+momenta's all-to-all and their std), `report` (host transfer, arrays file, histograms).
+Peak extra memory is about 35 bytes per element of the largest bucket on rank 0, 30 on the others (measured with
+2 CPU ranks and a 16M-element bucket), e.g. 2.3 GB for GPT 774M's untied 50257 x 1280 embedding.
 
 `OFF` (stats.every = 0) allocates nothing and runs no tensor operation. Works with every optimizer that keeps
 Lion's state: `exp_avg` per parameter (absent = zero) and `betas` per param group (Lion, Lion 32/16-bit, LionCub).
@@ -31,10 +36,13 @@ import torch.distributed as dist
 from src.comm.device import collective_device
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.stats import report
-from src.stats.agreement import all_reduce_sum, code_rows, momentum_std, sign_agreement, summed_codes
+from src.stats.agreement import Shards, code_rows, encode, exchange, gather_tables, shard_counts, shard_spread
 from src.stats.config import StatsConfig, selected
 from src.stats.distribution import layer_distribution, layout
 from src.utils.timing import PhaseTimer
+
+
+PART = "stats/"  # the timer's sub-phases of "stats", logged as time/stats/<part>
 
 
 def stats_seed(seed: int, rank: int) -> int:
@@ -99,8 +107,8 @@ class TrainingStats:
         if self.is_main and run_dir is not None:
             report.drop_arrays_after(run_dir, start_step)
         self.step, self.due, self.seconds, self._row = 0, False, 0.0, {}
-        self._agreement: dict[int, torch.Tensor] = {}
-        self._local: dict[int, torch.Tensor] = {}
+        self._counts: list[torch.Tensor] = []  # per bucket: this rank's shard of the sign counts
+        self._local: dict[int, torch.Tensor] = {}  # rank 0: per selected layer, layer_distribution
 
     # --- the loop's calls ---------------------------------------------------------------------------------------
     def begin(self, step: int) -> None:
@@ -117,20 +125,31 @@ class TrainingStats:
         if not self.due:
             return
         with self.timer.phase("stats"):
-            spread = self._measure_spread()
+            with self.timer.phase(PART + "spread"):
+                spread = self._measure_spread()
+            with self.timer.phase(PART + "communicate"):
+                tables = gather_tables(torch.cat(self._counts), torch.cat(spread), self.group, self.world_size,
+                                       dst=self.is_main)
             if self.is_main:
-                self._report(spread)
-        self.seconds = self.timer.pop()["stats"]
+                with self.timer.phase(PART + "report"):
+                    self._report(*tables)
+        self._counts, self._local = [], {}
+        times = self.timer.pop()
+        self.seconds = times.pop("stats")
         self._row["time/stats"] = self.seconds
+        if self.is_main:
+            self._row.update({f"time/{name}": seconds for name, seconds in sorted(times.items())})
 
     def pop(self) -> dict:
         row, self._row = self._row, {}
         return row
 
     # --- measuring ----------------------------------------------------------------------------------------------
-    def _flat(self, bucket: list[int], tensors: list[torch.Tensor | None]) -> torch.Tensor:
-        out = torch.zeros(sum(self.sizes[i] for i in bucket), dtype=torch.float32, device=self.device)
-        for view, t in zip(out.split([self.sizes[i] for i in bucket]), tensors):
+    def _flat(self, bucket: list[int], tensors: list[torch.Tensor | None], length: int) -> torch.Tensor:
+        """The bucket's tensors one after another in a float32 vector of `length` elements (zeros after them)."""
+        sizes = [self.sizes[i] for i in bucket]
+        out = torch.zeros(length, dtype=torch.float32, device=self.device)
+        for view, t in zip(out[: sum(sizes)].split(sizes), tensors):
             if t is not None:
                 view.copy_(t.reshape(-1))
         return out
@@ -138,49 +157,68 @@ class TrainingStats:
     def _momenta(self, bucket: list[int]) -> list[torch.Tensor | None]:
         return [self.optimizer.state.get(self.params[i], {}).get("exp_avg") for i in bucket]
 
-    def _update_vector(self, bucket: list[int]) -> torch.Tensor:
-        """c = beta1 * m + (1 - beta1) * g of the bucket's parameters (float32, flat)."""
-        c = self._flat(bucket, self._momenta(bucket))
-        for i, view in zip(bucket, c.split([self.sizes[i] for i in bucket])):
+    def _update_vector(self, bucket: list[int], length: int) -> torch.Tensor:
+        """c = beta1 * m + (1 - beta1) * g of the bucket's parameters (float32, flat, zero padded to `length`)."""
+        c = self._flat(bucket, self._momenta(bucket), length)
+        sizes = [self.sizes[i] for i in bucket]
+        for i, view in zip(bucket, c[: sum(sizes)].split(sizes)):
             beta1, grad = self.beta1[id(self.params[i])], self.params[i].grad
             view.mul_(beta1)
             if grad is not None:
                 view.add_(grad.reshape(-1).to(device=self.device, dtype=torch.float32), alpha=1.0 - beta1)
         return c
 
-    def _measure_updates(self) -> None:
+    def _shards(self, bucket: list[int]) -> tuple[list[int], Shards]:
+        sizes = [self.sizes[i] for i in bucket]
+        return sizes, Shards(sum(sizes), self.world_size, self.rank)
+
+    def _describe(self, bucket: list[int], c: torch.Tensor) -> None:
+        """Rank 0: the distribution of its own c for each selected layer of the bucket."""
         cfg, keep = self.config, set(self.selected)
-        self._agreement, self._local = {}, {}
+        for i, view in zip(bucket, c.split([self.sizes[i] for i in bucket])):
+            if i in keep:
+                self._local[i] = layer_distribution(view, bins=cfg.bins, range_=cfg.range, log10_min=cfg.log10_min,
+                                                    log10_max=cfg.log10_max, fit_samples=cfg.fit_samples,
+                                                    generator=self.generator)
+
+    def _measure_updates(self) -> None:
+        self._counts, self._local = [], {}
+        phase = self.timer.phase
         for bucket in self.buckets:
-            sizes = [self.sizes[i] for i in bucket]
-            c = self._update_vector(bucket)
-            views = dict(zip(bucket, c.split(sizes)))
+            sizes, shards = self._shards(bucket)
+            with phase(PART + "update"):
+                c = self._update_vector(bucket, shards.padded)
+            with phase(PART + "quantize"):
+                codes = encode(c[: shards.numel], self.rows, sizes, shards, self.generator)
+            received_c, work_c = exchange(c.view(self.world_size, shards.size), self.group, self.world_size)
+            received_codes, work_codes = exchange(codes, self.group, self.world_size)
             if self.is_main:
-                for i in (i for i in bucket if i in keep):
-                    self._local[i] = layer_distribution(views[i], bins=cfg.bins, range_=cfg.range,
-                                                        log10_min=cfg.log10_min, log10_max=cfg.log10_max,
-                                                        fit_samples=cfg.fit_samples, generator=self.generator)
-            sum_c = all_reduce_sum(c.clone(), self.group, self.world_size)
-            codes = summed_codes(c, self.rows, sizes, self.generator, self.group, self.world_size)
-            if self.is_main:
-                for i, s, q in zip(bucket, sum_c.split(sizes), codes.split(sizes, dim=1)):
-                    self._agreement[i] = sign_agreement(s, q)
+                with phase(PART + "describe"):
+                    self._describe(bucket, c[: shards.numel])
+            with phase(PART + "communicate"):
+                for work in (work_c, work_codes):
+                    if work is not None:
+                        work.wait()
+            with phase(PART + "count"):
+                self._counts.append(shard_counts(received_c, received_codes, shards, sizes, self.rows))
 
     def _measure_spread(self) -> list[torch.Tensor]:
-        """Per parameter (rank 0): [max, sum] over elements of the momentum std across ranks."""
+        """Per bucket, this rank's shard of (layers, 2): [max, sum] over elements of the momentum std across
+        ranks."""
         spread = []
         for bucket in self.buckets:
-            std = momentum_std(self._flat(bucket, self._momenta(bucket)), self.group, self.world_size)
-            if self.is_main:
-                spread += [torch.stack([s.max().double(), s.sum(dtype=torch.float64)])
-                           for s in std.split([self.sizes[i] for i in bucket])]
+            sizes, shards = self._shards(bucket)
+            momenta = self._flat(bucket, self._momenta(bucket), shards.padded)
+            received, work = exchange(momenta.view(self.world_size, shards.size), self.group, self.world_size)
+            if work is not None:
+                work.wait()
+            spread.append(shard_spread(received, shards, sizes))
         return spread
 
-    def _report(self, spread: list[torch.Tensor]) -> None:
+    def _report(self, agreement: torch.Tensor, spread: torch.Tensor) -> None:
         """One device-to-host transfer, then the row, the arrays file and the W&B histograms (rank 0)."""
         n_all, n_sel = len(self.params), len(self.selected)
-        agreement = torch.stack([self._agreement[i] for i in range(n_all)]).double()  # (L_all, rows, 3, 3)
-        parts = [agreement.reshape(-1), torch.stack(spread).reshape(-1)] + [self._local[i] for i in self.selected]
+        parts = [agreement.double().reshape(-1), spread.reshape(-1)] + [self._local[i] for i in self.selected]
         host = torch.cat(parts).cpu().numpy()
         a_size, s_size = agreement.numel(), 2 * n_all
         width = layout(self.config.bins)["log10_abs"].stop
@@ -191,7 +229,6 @@ class TrainingStats:
             local=host[a_size + s_size:].reshape(n_sel, width))
         arrays = report.arrays(measured, self.config)
         self._row = report.row(arrays)
-        self._agreement, self._local = {}, {}
         if self.run_dir is not None:
             report.write_arrays(self.run_dir, arrays)
         if self.wandb_run is not None:
