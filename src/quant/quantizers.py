@@ -31,7 +31,8 @@ from src.quant.blocks import BLOCK, BlockLayout, block_stats, quantize_blocks, s
 METHODS = ("sign", "l1", "linf", "linf_nozero", "log")
 
 
-def _int_dtype(levels: int) -> torch.dtype:
+def code_dtype(levels: int) -> torch.dtype:
+    """The integer type of `quantize`'s codes for `levels` per side."""
     return torch.int8 if levels <= 127 else torch.int16
 
 
@@ -50,7 +51,7 @@ def quantize(x: torch.Tensor, method: str, levels: int = 1, generator: torch.Gen
     """Quantize a flat float tensor to integers in [-levels, levels] (see the module docstring)."""
     check_method(method, levels)
     x = x.reshape(-1).float()
-    dtype = _int_dtype(levels)
+    dtype = code_dtype(levels)
     layout = BlockLayout(segments, x.numel())
     if method == "sign":
         return torch.sign(x).to(dtype)

@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 from src.comm.collectives import all_gather_flat
-from src.quant import quantize
+from src.quant import code_dtype, quantize
+from src.quant.blocks import BlockLayout
 
 SIGNS = ("pos", "neg", "zero")  # index order of every 3-way sign count
 _ORDER = (0, 2, 1)  # counts are made in the order pos, zero, neg (index 1 - sign); SIGNS order is pos, neg, zero
@@ -44,11 +45,6 @@ def count_bins(index: torch.Tensor, bins: int) -> torch.Tensor:
 def code_rows(quantizers: Sequence[str], levels: dict[str, int]) -> list[tuple[str, int]]:
     """The quantizer rows to sum: row 0 is always `sign` (the majority vote); each method appears once."""
     return [("sign", 1)] + [(m, levels[m]) for m in quantizers if m != "sign"]
-
-
-def code_dtype(rows: list[tuple[str, int]]) -> torch.dtype:
-    """The wire type of the codes: `quantize`'s own (int8 up to 127 levels, int16 beyond)."""
-    return torch.int8 if max(levels for _, levels in rows) <= 127 else torch.int16
 
 
 def sum_dtype(world_size: int, rows: list[tuple[str, int]]) -> torch.dtype:
@@ -71,13 +67,8 @@ class Shards:
     def pieces(self, sizes: Sequence[int]) -> list[tuple[int, int, int]]:
         """(layer, begin, end) in shard coordinates for every layer of the bucket (consecutive `sizes`) that has
         elements in this rank's shard."""
-        out, begin, end = [], 0, self.start + self.valid
-        for layer, size in enumerate(sizes):
-            lo, hi = max(begin, self.start), min(begin + size, end)
-            if hi > lo:
-                out.append((layer, lo - self.start, hi - self.start))
-            begin += size
-        return out
+        layout = BlockLayout(sizes, self.numel, block=1)  # unpadded: its pieces are the layers' overlaps
+        return [(layer, at, at + n) for layer, _, n, at in layout.pieces(self.start, self.start + self.valid)]
 
 
 def encode(c: torch.Tensor, rows: list[tuple[str, int]], segments: Sequence[int], shards: Shards,
@@ -85,7 +76,8 @@ def encode(c: torch.Tensor, rows: list[tuple[str, int]], segments: Sequence[int]
     """(world_size, rows, size) send buffer: shard j of quantize(c, method, levels) of every row (per-segment
     scales), zero padded; `c` holds the bucket's `numel` elements."""
     world_size, size, n = shards.world_size, shards.size, shards.numel
-    out = torch.zeros((world_size, len(rows), size), dtype=code_dtype(rows), device=c.device)
+    wire = code_dtype(max(levels for _, levels in rows))  # every row's codes fit the widest row's type
+    out = torch.zeros((world_size, len(rows), size), dtype=wire, device=c.device)
     full, rest = divmod(n, size)
     for r, (method, levels) in enumerate(rows):
         q = quantize(c, method, levels, generator=generator, segments=segments)
@@ -124,11 +116,11 @@ def shard_counts(received_c: torch.Tensor, received_codes: torch.Tensor, shards:
     lion3 = _sum_over_ranks(received_c, valid, torch.float32).sign_().to(torch.int32).mul_(3)  # 3 sign(sum_i c_i)
     sums = _sum_over_ranks(received_codes, valid, sum_dtype(shards.world_size, rows))
     counts = torch.zeros((len(sizes), len(rows), 9), dtype=torch.int64, device=device)
-    ones = torch.ones(1, dtype=torch.int64, device=device).expand(valid)
+    pieces = shards.pieces(sizes)
     for r in range(len(rows)):
         index = torch.sign(sums[r]).to(torch.int32).add_(lion3).neg_().add_(4)  # 3 (1 - lion) + (1 - q): pos, zero, neg
-        for layer, begin, end in shards.pieces(sizes):
-            counts[layer, r].index_add_(0, index[begin:end], ones[: end - begin])
+        for layer, begin, end in pieces:
+            counts[layer, r].add_(count_bins(index[begin:end], 9))
     order = torch.tensor(_ORDER, device=device)
     return counts.view(len(sizes), len(rows), 3, 3)[:, :, order][:, :, :, order]
 
