@@ -1,0 +1,99 @@
+"""report.md and report.json of the GPU check, from the sections' records (src/bench/gpu_check/results.py).
+
+report.json is the whole record: the device description, every section's status, error, checks, figures, tables
+and notes. report.md is what a reviewer reads: the device first, a summary table of the sections, then per
+section its failed checks first, its figures (value, unit, the reference beside it and their ratio, the
+measurement), its tables and notes. Every figure line names the device it ran on.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from src.bench.gpu_check.device_info import short
+
+
+def _value(value, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        text = f"{value:.3g}" if abs(value) < 100 else f"{value:,.1f}"
+    else:
+        text = str(value)
+    return f"{text} {unit}".strip()
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def figure_line(figure: dict, device: str) -> str:
+    """`- name: value unit (reference: ... from source; ratio x) - measurement; on device`."""
+    text = f"- {figure['name']}: **{_value(figure['value'], figure['unit'])}**"
+    ref = figure.get("reference")
+    if ref:
+        text += f" (beside {_value(ref.get('value'), ref.get('unit', figure['unit']))}, {ref.get('source')}"
+        if isinstance(figure["value"], (int, float)) and isinstance(ref.get("value"), (int, float)) and ref["value"]:
+            text += f"; ratio {figure['value'] / ref['value']:.2f}"
+        text += ")"
+    return f"{text}. {figure['measurement']}; on {device}."
+
+
+def _table(table: dict) -> list[str]:
+    lines = [f"**{table['title']}**", "", "| " + " | ".join(table["columns"]) + " |",
+             "|" + "---|" * len(table["columns"])]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in table["rows"]]
+    return lines + [""]
+
+
+def render_markdown(results: dict) -> str:
+    device = short(results["device"])
+    sections = results["sections"]
+    passed = all(s["status"] == "passed" for s in sections)
+    lines = ["# lioncub GPU check", "",
+             f"**{'PASSED' if passed else 'FAILED'}**: {sum(s['status'] == 'passed' for s in sections)} of "
+             f"{len(sections)} sections passed.", "",
+             f"- device: {device}",
+             f"- GPUs: {', '.join(g['name'] for g in results['device'].get('gpus', [])) or 'none'}; "
+             f"Triton {results['device'].get('triton')}; Python {results['device'].get('python')}; "
+             f"CPU {results['device'].get('cpu')} ({results['device'].get('cpu_cores')} cores)",
+             f"- command: `{results.get('command')}`; started {results.get('started')}, finished "
+             f"{results.get('finished')}", "",
+             "| section | status | checks held | seconds (budget) | error |", "|---|---|---|---|---|"]
+    for s in sections:
+        held = f"{sum(c['ok'] for c in s['checks'])}/{len(s['checks'])}"
+        lines.append(f"| {s['name']} | {s['status']} | {held} | {s.get('seconds', 0)} ({s.get('budget_s', 0):.0f})"
+                     f" | {_cell(s.get('error') or '')} |")
+    for s in sections:
+        lines += ["", f"## {s.get('title', s['name'])}: {s['status']}", ""]
+        if s.get("error"):
+            lines += [f"Error: `{s['error']}`", ""]
+        failed = [c for c in s["checks"] if not c["ok"]]
+        for c in failed:
+            lines.append(f"- FAILED: {c['name']}" + (f": {c['detail']}" if c["detail"] else ""))
+        held = [c for c in s["checks"] if c["ok"]]
+        if held:
+            lines.append(f"- held ({len(held)}): " + "; ".join(c["name"] for c in held))
+        if failed or held:
+            lines.append("")
+        lines += [figure_line(f, device) for f in s["figures"]]
+        if s["figures"]:
+            lines.append("")
+        for table in s["tables"]:
+            lines += _table(table)
+        lines += [f"Note: {n}" for n in s["notes"]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(results: dict, out: str | Path) -> tuple[Path, Path]:
+    """Write `out`/report.json and `out`/report.md; return their paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamped = {**results, "sections": [{**s, "figures": [{**f, "device": short(results["device"])}
+                                                          for f in s["figures"]]} for s in results["sections"]]}
+    json_path, md_path = out / "report.json", out / "report.md"
+    json_path.write_text(json.dumps(stamped, indent=1, default=str) + "\n")
+    md_path.write_text(render_markdown(results))
+    return md_path, json_path

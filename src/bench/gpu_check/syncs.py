@@ -1,0 +1,79 @@
+"""Host synchronisations per training step, as CUDA itself counts them (issue 13's budget, on the real device).
+
+The training section's first run of each variant ran under synchook/sitecustomize.py, which turned on
+`torch.cuda.set_sync_debug_mode("warn")` and recorded every synchronising CUDA call with its step, its context
+(evaluation, replica guard, checkpoint, resume, the non-finite report, timings read for a checkpoint) and its
+stack. Here, per variant and rank: the plain synchronisations of each step (outside those contexts, which
+synchronise by nature at their own intervals) from step `FIRST_STEADY` on, against `BUDGET` = 1, the non-finite
+vote's one read (src/reliability/nonfinite.py) that tests/test_gpu_path.py enforces with its CPU double. Every
+synchronisation found is listed with its stack in the section's table, within the budget or not.
+
+`plain_syncs` and `within_budget` are plain functions of the reports, tested on a recorded report on the CPU.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+BUDGET = 1
+FIRST_STEADY = 2  # step 1 builds workspaces and compiles kernels; its syncs are listed, not held to the budget
+VOTE = "src/reliability/nonfinite.py"
+
+
+def plain_syncs(report: dict) -> dict[int, list[dict]]:
+    """Per step, the synchronisations outside checkpoints, guard, evaluation, resume and non-finite reports."""
+    steps: dict[int, list[dict]] = defaultdict(list)
+    for sync in report["syncs"]:
+        if sync["step"] is not None and sync["context"] is None:
+            steps[sync["step"]].append(sync)
+    return dict(steps)
+
+
+def within_budget(report: dict, budget: int = BUDGET, first: int = FIRST_STEADY) -> list[str]:
+    """The steps (from `first` on) over `budget` plain synchronisations, or whose one is not the vote's: one line
+    each naming the sites; empty when every steady-state step keeps the budget."""
+    problems = []
+    for step, syncs in sorted(plain_syncs(report).items()):
+        if step < first:
+            continue
+        sites = [s["where"] for s in syncs]
+        if len(syncs) > budget:
+            problems.append(f"step {step}: {len(syncs)} synchronisations: " + "; ".join(sites))
+        elif not any(VOTE in site for site in sites):
+            problems.append(f"step {step}: its synchronisation is not the non-finite vote's: " + "; ".join(sites))
+    return problems
+
+
+def sites_table(report: dict) -> list[list]:
+    """[context, where, how many times, steps, stack] per distinct synchronisation site of a report."""
+    counts, steps, stacks = Counter(), defaultdict(set), {}
+    for sync in report["syncs"]:
+        key = (sync["context"] or ("plain" if sync["step"] is not None else "outside the loop"), sync["where"])
+        counts[key] += 1
+        if sync["step"] is not None:
+            steps[key].add(sync["step"])
+        stacks.setdefault(key, " <- ".join(reversed(sync["stack"][-4:])))
+    return [[context, where, n, ",".join(map(str, sorted(steps[(context, where)]))) or "-", stacks[(context, where)]]
+            for (context, where), n in counts.most_common()]
+
+
+def run(result, workdir: Path) -> None:
+    folder = workdir / "training" / "syncs"
+    variants = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    result.check("the training section left synchronisation reports", bool(variants), str(folder))
+    for variant in variants:
+        reports = [json.loads(p.read_text()) for p in sorted((folder / variant).glob("rank*.json"))]
+        if not reports:
+            result.check(f"{variant}: a report per rank", False, "no report written (did the run start?)")
+            continue
+        for report in reports:
+            problems = within_budget(report)
+            steady = {step: len(s) for step, s in plain_syncs(report).items() if step >= FIRST_STEADY}
+            result.check(f"{variant} rank {report['rank']}: at most {BUDGET} synchronisation per steady-state step",
+                         not problems, "; ".join(problems)[:1500] or f"plain syncs per step {steady}")
+            result.table(f"{variant}, rank {report['rank']}: every synchronisation CUDA reported "
+                         f"(loop functions followed: {len(report.get('hooks', []))})",
+                         ["context", "where", "count", "steps", "stack (innermost first)"], sites_table(report))
+    result.note("Counted by torch.cuda.set_sync_debug_mode('warn') in the worker processes: device-to-host copies, "
+                ".item(), synchronize calls and data-dependent shapes, from Python and from C++ alike.")
