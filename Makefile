@@ -64,3 +64,16 @@ table-a1-baselines: install  ## as table-a1 for Lion 32-bit, Lion Cub 4-bit and 
 .PHONY: baselines
 baselines: install  ## loss vs step/time and bytes per step: Lion 32-bit, Lion Cub 4-bit, 1-bit Adam, BitDP 2-bit, DDP AdamW (emulated 1 Gbit/s, root)
 	$(PYTHON) -m experiments.baselines --out results/baselines
+
+# The GPU check (docs/gpu.md). `gpu-check` needs no network: it does not run `install` (on the GPU machine the
+# non-torch dependencies come from the wheels of `gpu-wheels`, made beforehand on a machine with network access).
+GPU_CHECK_OUT ?= results/gpu_check
+GPU_WHEELS ?= .whl
+PY_VERSION ?= 3.12
+PLATFORM ?= manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+.PHONY: gpu-check gpu-wheels
+gpu-check:  ## on a CUDA machine: codecs, reducers on NCCL, training, syncs, memory, Table A.1 timings -> GPU_CHECK_OUT/report.md (exit 3: no CUDA)
+	$(PYTHON) -m src.bench.gpu_check --out $(GPU_CHECK_OUT)
+
+gpu-wheels:  ## wheels of the non-torch dependencies the GPU image lacks, for PY_VERSION=3.12 and PLATFORM, into GPU_WHEELS=.whl
+	$(PYTHON) -m src.bench.gpu_check.wheels --out $(GPU_WHEELS) --python-version $(PY_VERSION) $(foreach p,$(PLATFORM),--platform $(p))
