@@ -8,8 +8,9 @@ by the overrides that differ between them (hydra_plugins/lioncub_sweeper). `pyth
 
 Exit status (rank 0 prints why; under torchrun, torchrun's report shows it as the worker's `exitcode`):
 - 0: trained (or a resumed run had nothing left to do);
-- 2: the configuration cannot train: every problem is printed once, by rank 0, before any process group, run
-  folder or training step exists (other ranks wait a moment, then exit quietly unless rank 0 did not fail);
+- 2: the configuration cannot train, or torch is older than src.compat.MIN_TORCH: every problem is printed once, by
+  rank 0, before any process group, run folder or training step exists (other ranks wait a moment, then exit
+  quietly unless rank 0 did not fail);
 - 3: stopped by the replica guard or by a non-finite step under `nonfinite.policy=stop` (src.reliability);
 - 75: interrupted by SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 (Slurm's warning signal): every rank finished its step,
   a checkpoint of it was written, and rank 0 printed `interrupted at step N; resume with: <command>`
@@ -40,6 +41,7 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
+from src.compat import TorchTooOld, check_torch  # noqa: E402
 from src.data.errors import DataError  # noqa: E402
 from src.engine.run import execute, preflight  # noqa: E402
 from src.errors import SetupError, exit_with_setup_error  # noqa: E402
@@ -60,8 +62,9 @@ def main(cfg: DictConfig) -> None:
     choices = dict(hydra_cfg.runtime.choices)
     overrides = list(hydra_cfg.overrides.task)
     try:
+        check_torch()  # one line naming both versions where torch is older than src.compat.MIN_TORCH
         plan = preflight(cfg, choices)
-    except (SetupError, DataError) as exc:
+    except (SetupError, DataError, TorchTooOld) as exc:
         exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
     try:
         execute(cfg, plan, overrides)

@@ -208,3 +208,33 @@ def test_section_runner_records_a_section_and_stops_one_at_its_budget(tmp_path):
     assert record["title"] == "Device" and (tmp_path / "device.log").is_file()
     stopped = run_section(Section("device", "device_info", "Device", 240), tmp_path, budget_s=0.2)
     assert stopped["status"] == "timeout" and stopped["error"].startswith("stopped at its budget of 0 s")
+
+
+@pytest.mark.slow
+def test_training_jobs_on_the_cpu(demo_tokens, tmp_path):
+    """The training section's jobs, run as on the GPU but with device=cpu network=local: a variant's run with the
+    NaN skip, its resume equal to the uninterrupted run, and nonfinite.policy=stop; the synchronisation counter
+    installs in the workers and follows every loop function it names (without CUDA it counts nothing)."""
+    from src.bench.gpu_check.training import Runs
+
+    runs = Runs(tmp_path, demo_tokens, 1, 600, device_args=["device=cpu", "network=local"])
+    checks = runs.variant("lion32") + runs.nonfinite_stop()
+    assert len(checks) == 6 and all(ok for _, ok, _ in checks), checks
+    report = json.loads((tmp_path / "syncs" / "lion32" / "rank0.json").read_text())
+    assert report["error"] is None and report["cuda_sync_debug"] is False and report["syncs"] == []
+    assert report["hooks"] == ["src.engine.loop._evaluate", "src.reliability.hooks.check_replicas",
+                               "src.reliability.train_state.save", "src.reliability.train_state.restore",
+                               "src.reliability.hooks.gather_objects", "src.engine.step_stats.PendingRows.complete",
+                               "src.reliability.hooks.StepHooks.begin"]
+
+
+def test_training_refuses_an_older_torch_in_one_line(tmp_path):
+    code = ("import sys, runpy, torch; torch.__version__ = '2.10.0+cu126'; sys.argv = ['src.train', "
+            f"'run.dir={tmp_path / 'run'}']; runpy.run_module('src.train', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"lioncub: cannot start training: torch 2.10.0+cu126 is older than {MIN_TORCH}, the oldest torch lioncub "
+        f"supports; install torch>={MIN_TORCH}"], proc.stderr
+    assert not (tmp_path / "run").exists()

@@ -68,6 +68,10 @@ def run(result, workdir: Path) -> None:
             result.check(f"{variant}: a report per rank", False, "no report written (did the run start?)")
             continue
         for report in reports:
+            if not report.get("cuda_sync_debug", True) or report.get("error"):
+                result.check(f"{variant} rank {report['rank']}: CUDA counted the synchronisations", False,
+                             f"the counter did not install: {report.get('error') or 'no CUDA in the worker'}")
+                continue
             problems = within_budget(report)
             steady = {step: len(s) for step, s in plain_syncs(report).items() if step >= FIRST_STEADY}
             result.check(f"{variant} rank {report['rank']}: at most {BUDGET} synchronisation per steady-state step",

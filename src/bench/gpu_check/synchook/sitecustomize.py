@@ -12,7 +12,8 @@ folder. In each torchrun worker (LOCAL_RANK is set) this module, before `src.tra
   (`StepHooks.begin`) and what runs inside it (evaluation, replica guard, checkpoint, resume, the non-finite
   report, timings read for a checkpoint), so each synchronisation is attributed to a step and a context;
 - writes `<LIONCUB_SYNC_REPORT>/rank<R>.json` at exit: {"rank", "syncs": [{"step", "context", "where", "stack"}],
-  "hooks": the loop functions it could follow (a missing one: its synchronisations count as plain ones)}.
+  "hooks": the loop functions it could follow (a missing one: its synchronisations count as plain ones),
+  "cuda_sync_debug": whether CUDA counted (false without CUDA), "error": why it could not install, or null}.
 
 Production code has no hook for any of this: only module attributes of the worker processes are replaced.
 """
@@ -107,29 +108,35 @@ def _follow(monitor: _Monitor) -> None:
 
 def _install(out: Path) -> None:
     sys.path.insert(0, _REPO)
-    import torch
-
     monitor = _Monitor()
-    real_show = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if MESSAGE in str(message):
-            monitor.record()
-            return
-        real_show(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    warnings.filterwarnings("always", message=f".*{MESSAGE}.*")
-    _follow(monitor)
-    torch.cuda.set_sync_debug_mode("warn")
+    status = {"cuda_sync_debug": False, "error": None}
 
     def report() -> None:
         rank = os.environ.get("RANK", "0")
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{rank}.json").write_text(json.dumps(
-            {"rank": int(rank), "syncs": monitor.syncs, "hooks": monitor.hooks}, indent=1))
+            {"rank": int(rank), "syncs": monitor.syncs, "hooks": monitor.hooks, **status}, indent=1))
 
-    atexit.register(report)
+    atexit.register(report)  # first: a failure below still leaves a report that says so
+    try:
+        import torch
+
+        real_show = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if MESSAGE in str(message):
+                monitor.record()
+                return
+            real_show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        warnings.filterwarnings("always", message=f".*{MESSAGE}.*")
+        _follow(monitor)
+        if torch.cuda.is_available():  # the CPU tests run this module too: without CUDA there is nothing to count
+            torch.cuda.set_sync_debug_mode("warn")
+            status["cuda_sync_debug"] = True
+    except Exception as exc:  # noqa: BLE001 - the run goes on; the report names why nothing was counted
+        status["error"] = f"{type(exc).__name__}: {exc}"
 
 
 if _OUT and "LOCAL_RANK" in os.environ:
