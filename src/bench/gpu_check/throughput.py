@@ -4,7 +4,8 @@ Reuses src.bench.core_throughput's codec rows (what one rank's reduction does be
 chunk, for pbit 4-bit votes, pbit 8-bit and 16-bit L1 and onebit, eager and compiled) on a 2**26-element float32
 update on cuda:0. Each row's GB/s counts the float32 update (4 B per element); its `memcpy` is a device-to-device
 copy of the same bytes timed the same way (best of `REPEATS` after a warm-up, the device synchronised around each
-call), so the two are read side by side.
+call; GB/s of the bytes copied, not read + written as the phases section counts), so the two are read side by
+side. No process group: core_throughput's reducers plan for 2 ranks without one, as on the CPU.
 """
 from __future__ import annotations
 
@@ -13,13 +14,11 @@ from pathlib import Path
 import torch
 
 from src.bench.core_throughput import codec_rows
-from src.bench.gpu_check.gpu import one_gpu_group
 
 NUMEL, REPEATS = 1 << 26, 5
 
 
 def run(result, workdir: Path) -> None:
-    one_gpu_group()
     rows = codec_rows(NUMEL, torch.device("cuda", 0), REPEATS)
     for r in rows:
         result.figure(f"{r['kind']} {r['name']}", round(r["gbps"], 1), "GB/s",

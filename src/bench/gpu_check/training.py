@@ -13,7 +13,7 @@ as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, 
 Besides: two uninterrupted cub4 runs compared with each other (if they differ, the device is not deterministic
 for this model and a resume mismatch says nothing about checkpoints); a CPU run's checkpoint resumed on the GPU;
 `nonfinite.policy=stop` (exit 3, the last good state checkpointed); with 2 GPUs, a one-ulp perturbation of one
-rank's parameters, which the replica guard must stop. Runs go 4 at a time (the GPU has room for many tiny runs).
+rank's parameters, which the replica guard must stop. Runs go 6 at a time (the GPU has room for many tiny runs).
 """
 from __future__ import annotations
 
@@ -223,13 +223,13 @@ def _guarded(job) -> list[tuple[str, bool, str]]:
         return [(f"{name} ran to its end", False, f"{type(exc).__name__}: {exc}"[:600])]
 
 
-def run(result, workdir: Path, parallel: int = 4) -> None:
+def run(result, workdir: Path, parallel: int = 6) -> None:
     from src.data import prepare_demo_text
 
     data_dir = workdir / "demo_text"
     prepare_demo_text(data_dir)
     ranks = min(torch.cuda.device_count(), 2)
-    runs = Runs(workdir / "training", data_dir, ranks, deadline_s=140)
+    runs = Runs(workdir / "training", data_dir, ranks, deadline_s=130)
     jobs = [lambda v=v: runs.variant(v) for v in VARIANTS]
     jobs += [runs.determinism, runs.cpu_checkpoint_on_gpu, runs.nonfinite_stop]
     if ranks >= 2:
