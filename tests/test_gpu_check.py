@@ -238,3 +238,12 @@ def test_training_refuses_an_older_torch_in_one_line(tmp_path):
         f"lioncub: cannot start training: torch 2.10.0+cu126 is older than {MIN_TORCH}, the oldest torch lioncub "
         f"supports; install torch>={MIN_TORCH}"], proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_report_names_at_most_a_few_held_checks_per_section():
+    results = json.loads((DATA / "gpu_check_recorded_results.json").read_text())
+    device = results["sections"][0]
+    device["checks"] = [{"name": f"check {i}", "ok": True, "detail": ""} for i in range(40)]
+    md = render_markdown({**results, "sections": [device]})
+    assert "- held (40): check 0; check 1;" in md and "check 24; and 15 more (report.json)" in md
+    assert "check 25" not in md

@@ -174,4 +174,6 @@ def run(result, workdir: Path) -> None:
         for name, ok, detail in compare(device, cases(m=m)):
             result.check(f"{name}, {m} words", ok, detail)
     result.note("Inputs are made on the CPU and copied to the GPU; 'compiled' is torch.compile (Triton on CUDA), "
-                "'eager' plain torch on CUDA, both compared with plain torch on the CPU, bit for bit.")
+                "'eager' plain torch on CUDA, both compared with plain torch on the CPU, bit for bit. The block "
+                "scales are float sums and maxima: a difference there means a CPU run and a GPU run of the same "
+                "configuration quantize differently (ranks of one run share a device type, so they still agree).")

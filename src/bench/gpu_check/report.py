@@ -12,6 +12,8 @@ from pathlib import Path
 
 from src.bench.gpu_check.device_info import short
 
+HELD_SHOWN = 25  # checks that held, named in report.md per section (all of them are in report.json)
+
 
 def _value(value, unit: str) -> str:
     if value is None:
@@ -75,7 +77,9 @@ def render_markdown(results: dict) -> str:
             lines.append(f"- FAILED: {c['name']}" + (f": {c['detail']}" if c["detail"] else ""))
         held = [c for c in s["checks"] if c["ok"]]
         if held:
-            lines.append(f"- held ({len(held)}): " + "; ".join(c["name"] for c in held))
+            shown = "; ".join(c["name"] for c in held[:HELD_SHOWN])
+            more = f"; and {len(held) - HELD_SHOWN} more (report.json)" if len(held) > HELD_SHOWN else ""
+            lines.append(f"- held ({len(held)}): {shown}{more}")
         if failed or held:
             lines.append("")
         lines += [figure_line(f, device) for f in s["figures"]]
