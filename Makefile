@@ -68,12 +68,15 @@ baselines: install  ## loss vs step/time and bytes per step: Lion 32-bit, Lion C
 # The GPU check (docs/gpu.md). `gpu-check` needs no network: it does not run `install` (on the GPU machine the
 # non-torch dependencies come from the wheels of `gpu-wheels`, made beforehand on a machine with network access).
 GPU_CHECK_OUT ?= results/gpu_check
-GPU_WHEELS ?= .whl
-PY_VERSION ?= 3.12
-PLATFORM ?= manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+# gpu-wheels' defaults (folder .whl, Python 3.12, manylinux x86_64 tags) live in src/bench/gpu_check/wheels.py; set
+# GPU_WHEELS=DIR, PY_VERSION=3.11 or PLATFORM="tag ..." to override them.
+GPU_WHEELS ?=
+PY_VERSION ?=
+PLATFORM ?=
 .PHONY: gpu-check gpu-wheels
 gpu-check:  ## on a CUDA machine: codecs, reducers on NCCL, training, syncs, memory, Table A.1 timings -> GPU_CHECK_OUT/report.md (exit 3: no CUDA)
 	$(PYTHON) -m src.bench.gpu_check --out $(GPU_CHECK_OUT)
 
-gpu-wheels:  ## wheels of the non-torch dependencies the GPU image lacks, for PY_VERSION=3.12 and PLATFORM, into GPU_WHEELS=.whl
-	$(PYTHON) -m src.bench.gpu_check.wheels --out $(GPU_WHEELS) --python-version $(PY_VERSION) $(foreach p,$(PLATFORM),--platform $(p))
+gpu-wheels:  ## wheels of the non-torch dependencies the GPU image lacks (for Python 3.12, manylinux x86_64) into .whl/
+	$(PYTHON) -m src.bench.gpu_check.wheels $(if $(GPU_WHEELS),--out $(GPU_WHEELS),) \
+	  $(if $(PY_VERSION),--python-version $(PY_VERSION),) $(foreach p,$(PLATFORM),--platform $(p))
