@@ -103,7 +103,10 @@ def test_wheel_commands_target_the_gpu_python_without_dependencies(tmp_path):
     assert "--platform=manylinux2014_x86_64" in download and str(tmp_path) in download
     fetched = [a.split("==")[0] for a in download if "==" in a or a in wheels.CARRIED]
     assert set(fetched) == set(wheels.CARRIED) - set(wheels.SOURCE_ONLY)
-    assert build[3:6] == ["wheel", "--no-deps", "-w"] and build[-1].startswith("antlr4-python3-runtime==4.9")
+    assert build[3:6] == ["wheel", "--no-deps", "-w"]
+    assert build[-2].startswith("antlr4-python3-runtime==4.9") and build[-1].startswith("openai-whisper")
+    makefile = (REPO / "Makefile").read_text()
+    assert all(f'"{name}==' in makefile for name in wheels.BESIDE_REQUIREMENTS)  # what `make install` adds
 
 
 def test_codec_comparison_on_the_cpu():

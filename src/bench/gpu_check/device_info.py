@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 
 def _cpu_model() -> str:
@@ -87,7 +88,7 @@ def run(result, workdir: Path) -> None:
     result.data["device"] = info
     result.note(short(info))
     if info["gpus"]:
-        result.check("NCCL is available to torch.distributed", torch.distributed.is_nccl_available(),
+        result.check("NCCL is available to torch.distributed", dist.is_nccl_available(),
                      f"NCCL {info['nccl']}")
     result.check("the driver version is known", info["driver"] is not None or not info["gpus"],
                  f"driver {info['driver']}")

@@ -10,7 +10,8 @@ exactly one of:
 - `TORCH`: the GPU image's own torch and torchvision are used (src.compat.MIN_TORCH says how old torch may be);
 - `IN_GPU_IMAGE`: present in the GPU image (its package list: /work/.library/device/KINDS.md of this workplace);
 - `CARRIED`: fetched into the folder, with the dependencies the image lacks, pinned to the versions installed on
-  this machine (the versions the test suite ran with; a bare name where one is not installed here);
+  this machine (the versions the test suite ran with; a bare name where one is not installed here); also
+  openai-whisper, which `make install` adds beside requirements.txt for its GPT-2 BPE file;
 - `NOT_CARRIED`: not needed to run `make gpu-check` or training there, each with its reason (the device tool takes
   at most 64 MiB of files per call, and these are large or pull in a dozen more packages).
 
@@ -30,7 +31,7 @@ REQUIREMENTS = Path(__file__).resolve().parents[3] / "requirements.txt"
 TORCH = ("torch", "torchvision")
 IN_GPU_IMAGE = ("numpy", "timm", "tiktoken", "pyarrow", "tqdm", "matplotlib", "pandas", "psutil", "pytest")
 CARRIED = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "hydra-submitit-launcher", "submitit", "datasets",
-           "dill", "multiprocess")
+           "dill", "multiprocess", "openai-whisper")  # whisper: see BESIDE_REQUIREMENTS
 NOT_CARRIED = {
     "wandb": "W&B logging: the GPU check and short runs log with logger=local (wandb's wheel is ~20 MB and needs "
              "gitpython, sentry-sdk, pydantic and more)",
@@ -38,7 +39,11 @@ NOT_CARRIED = {
     "nbformat": "reads the notebooks' tests only",
     "ipykernel": "the notebooks' kernel only (a dozen Jupyter packages)",
 }
-SOURCE_ONLY = ("antlr4-python3-runtime",)  # 4.9.x, which hydra-core 1.3 needs, is on PyPI as a source archive only
+# On PyPI as source archives only: antlr4 4.9.x (hydra-core 1.3 needs it) and openai-whisper; both pure Python.
+SOURCE_ONLY = ("antlr4-python3-runtime", "openai-whisper")
+# Installed by `make install` beside requirements.txt: openai-whisper (no dependencies) ships GPT-2's BPE ranks file,
+# which the demo corpus's tokenizer reads without importing whisper (src/data/tokenizer.py).
+BESIDE_REQUIREMENTS = ("openai-whisper",)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 
