@@ -41,7 +41,8 @@ def test_report_writer_on_recorded_results(tmp_path):
     device = "NVIDIA H100 80GB HBM3 (79.6 GiB), driver 580.159.04, torch 2.11.0+cu130, CUDA 13.0, NCCL 2.28.3"
     assert f"- device: {device}" in md
     assert "**FAILED**: 2 of 6 sections passed." in md
-    assert "| memory | error | 0/0 | 12.0 (60) | OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB |" in md
+    assert ("| memory | error | 0/0 | 12.0 (60) | OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB |"
+            in md)
     assert "| throughput | skipped |" in md and "| training | timeout | 1/1 | 150.2 (150) |" in md
     assert "- FAILED: block scales l1 L=15 (cuda eager), 37 words: 3 of 36 elements differ from CPU eager" in md
     assert ("- cub4: optimizer.step() without the wire: **14.2 ms** (beside 28.5 ms, Table A.1 update step, 774M, "
@@ -201,7 +202,8 @@ def test_two_runs_are_compared_row_by_row_and_bit_by_bit(tmp_path):
     assert same_run(_fake_run(tmp_path / "loss", [3.0, 2.4], w), ref) == "step 1: loss 2.4 against 2.5"
     nudged = w.clone()
     nudged.view(torch.int32)[0] += 1  # one ulp
-    assert same_run(_fake_run(tmp_path / "ulp", [3.0, 2.5], nudged), ref) == "final checkpoint differs at model.pt.weight"
+    assert (same_run(_fake_run(tmp_path / "ulp", [3.0, 2.5], nudged), ref)
+            == "final checkpoint differs at model.pt.weight")
 
 
 def test_section_runner_records_a_section_and_stops_one_at_its_budget(tmp_path):

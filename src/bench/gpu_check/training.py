@@ -142,7 +142,8 @@ class Runs:
                        "step skipped on all ranks" in out and steps == list(range(STEPS + 1)),
                        f"rows of steps {steps}"))
         summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
-        checks.append((f"{variant}: replica guard ran and ranks in sync at the end", summary.get("ranks_in_sync") is True,
+        checks.append((f"{variant}: replica guard ran and ranks in sync at the end",
+                       summary.get("ranks_in_sync") is True,
                        f"summary ranks_in_sync={summary.get('ranks_in_sync')}"))
         reference = run_dir.with_name(f"{variant}_uninterrupted")
         shutil.rmtree(reference, ignore_errors=True)
@@ -165,7 +166,8 @@ class Runs:
             code, out = self._run(f"cub4_twice_{i + 1}", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
                                                          f"run.dir={run_dir}"])
             if code != 0:
-                return [("cub4: two uninterrupted runs agree bitwise", False, f"run {i + 1}: exit {code}: {_tail(out)}")]
+                return [("cub4: two uninterrupted runs agree bitwise", False,
+                         f"run {i + 1}: exit {code}: {_tail(out)}")]
         differs = same_run(dirs[1], dirs[0])
         return [("cub4: two uninterrupted runs agree bitwise (the device is deterministic for this model)",
                  not differs, differs or "same rows and final checkpoint")]
@@ -190,7 +192,8 @@ class Runs:
     def nonfinite_stop(self) -> list[tuple[str, bool, str]]:
         run_dir = self.workdir / "runs" / "nonfinite_stop"
         shutil.rmtree(run_dir, ignore_errors=True)
-        code, out = self._run("nonfinite_stop", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir), f"run.dir={run_dir}",
+        code, out = self._run("nonfinite_stop", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
+                                                 f"run.dir={run_dir}",
                                                  f"fault.nan_rank={self.ranks - 1}", "fault.nan_at_step=3",
                                                  "nonfinite.policy=stop", "checkpoint.every=0"])
         saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
@@ -202,7 +205,8 @@ class Runs:
     def perturbed_replica(self) -> list[tuple[str, bool, str]]:
         run_dir = self.workdir / "runs" / "perturbed"
         shutil.rmtree(run_dir, ignore_errors=True)
-        code, out = self._run("perturbed", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir), f"run.dir={run_dir}",
+        code, out = self._run("perturbed", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
+                                            f"run.dir={run_dir}",
                                             "fault.perturb_rank=1", "fault.perturb_at_step=3"])
         ok = "replicas diverged at step" in out and "exitcode  : 3" in out
         return [("the replica guard stops a rank perturbed by one ulp", ok,
