@@ -252,3 +252,11 @@ def test_report_names_at_most_a_few_held_checks_per_section():
     md = render_markdown({**results, "sections": [device]})
     assert "- held (40): check 0; check 1;" in md and "check 24; and 15 more (report.json)" in md
     assert "check 25" not in md
+
+
+def test_a_training_run_past_its_time_is_stopped(tmp_path):
+    from src.bench.gpu_check.training import torchrun
+
+    code, out = torchrun(["train.steps=1000"], 1, tmp_path / "run.log", timeout=1)
+    assert code == -9 and out.startswith("timed out after 1 s")
+    assert (tmp_path / "run.log").read_text().startswith("$ ")

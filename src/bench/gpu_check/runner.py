@@ -2,9 +2,10 @@
 
 `python -m src.bench.gpu_check.section MODULE JSON WORKDIR` runs `run(result, workdir)` of
 `src.bench.gpu_check.MODULE` (the section process). A section in its own process cannot take the others down: a
-CUDA error that poisons its context, a crash, a hang. At its budget it is killed (its whole process group: the
-training runs it started too) and marked `timeout`, keeping what it recorded before; a section that raised is
-`error` with the exception's one line; one whose checks did not all hold is `failed`.
+CUDA error that poisons its context, a crash, a hang. At its budget its whole process group (the training runs it
+started too) gets SIGTERM, then SIGKILL after `GRACE_S`, and it is marked `timeout`, keeping what it recorded
+before; a section that raised is `error` with the exception's one line; one whose checks did not all hold is
+`failed`.
 """
 from __future__ import annotations
 
@@ -28,6 +29,32 @@ class Section:
     budget_s: float
 
 
+GRACE_S = 20.0  # after SIGTERM, before SIGKILL: torchrun stops its workers (each in a session of its own) on SIGTERM
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM to `proc`'s process group (a section, and the torchrun launchers it started, which pass it on to
+    their workers), then SIGKILL to whatever of the group is still there after `grace_s`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        proc.wait()
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the section itself, so that only live members keep the group
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def _tail(text: str, lines: int = 3) -> str:
     kept = [line for line in text.strip().splitlines() if line.strip()][-lines:]
     return " | ".join(kept)
@@ -49,8 +76,7 @@ def run_section(section: Section, workdir: Path, budget_s: float | None = None, 
         try:
             proc.wait(timeout=max(budget, 0.0))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the section and every process it started
-            proc.wait()
+            stop_group(proc)
             status = "timeout"
     seconds = time.monotonic() - start
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from src.bench.gpu_check.runner import REPO
+from src.bench.gpu_check.runner import GRACE_S, REPO
 
 VARIANTS = {"lion32": ["variant=lion32"], "lion16": ["variant=lion16"],
             "cub8_sync": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all"],
@@ -61,11 +61,18 @@ def torchrun(args: list[str], ranks: int, log: Path, sync_report: Path | None = 
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HOOK), env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", "-m",
            "src.train", *args]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        code, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, out = -9, f"timed out after {timeout:.0f} s\n{exc.stdout or ''}{exc.stderr or ''}"
+        out, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # SIGTERM: torchrun stops its workers, which run in sessions of their own
+        try:
+            out, _ = proc.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        code, out = -9, f"timed out after {timeout:.0f} s\n{out or ''}"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("$ " + " ".join(cmd) + "\n" + out)
     return code, out
