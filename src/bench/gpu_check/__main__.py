@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -49,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lioncub gpu-check: {exc}", file=sys.stderr)
         return EXIT_USAGE
     import torch
-    if not torch.cuda.is_available():
+    with warnings.catch_warnings():  # e.g. "CUDA initialization: the driver is too old": the one line says it all
+        warnings.simplefilter("ignore")
+        available = torch.cuda.is_available()
+    if not available:
         print("lioncub gpu-check: not run: no CUDA device (torch.cuda.is_available() is False); exit status 3",
               file=sys.stderr)
         return EXIT_NOT_RUN
