@@ -1,4 +1,4 @@
-"""`make gpu-check`: what only a real CUDA GPU can show about lioncub, in one command and one report (issue 24).
+"""`make gpu-check`: what only a real CUDA GPU can show about lioncub, in one command and one report.
 
     python -m src.bench.gpu_check --out DIR [--only SECTION ...] [--budget-s 570]
 

@@ -1,4 +1,4 @@
-"""Host synchronisations per training step, as CUDA itself counts them (issue 13's budget, on the real device).
+"""Host synchronisations per training step, as CUDA itself counts them: the CPU double's budget, on the real device.
 
 The training section's first run of each variant ran under synchook/sitecustomize.py, which turned on
 `torch.cuda.set_sync_debug_mode("warn")` and recorded every synchronising CUDA call with its step, its context
