@@ -39,6 +39,9 @@ def parse(argv):
     parser.add_argument("--out", required=True, help="folder for report.md, report.json and each section's log")
     parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES), help="run these sections only")
     parser.add_argument("--budget-s", type=float, default=570.0, help="the whole check's time limit in seconds")
+    parser.add_argument("--budget-scale", type=float, default=1.0,
+                        help="multiply every section's own budget (e.g. 4 with --only SECTION, to give one section "
+                             "the whole time)")
     return parser.parse_args(argv)
 
 
@@ -74,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                                         "error": f"not run: the check's budget of {args.budget_s:.0f} s was spent",
                                         "checks": [], "figures": [], "tables": [], "notes": []})
             continue
-        print(f"gpu-check: {section.name} (budget {min(section.budget_s, left):.0f} s)", flush=True)
-        record = run_section(section, workdir, min(section.budget_s, left))
+        budget = min(section.budget_s * args.budget_scale, left)
+        print(f"gpu-check: {section.name} (budget {budget:.0f} s)", flush=True)
+        record = run_section(section, workdir, budget)
         print(f"gpu-check: {section.name}: {record['status']} in {record['seconds']} s"
               + (f" ({record['error']})" if record.get("error") else ""), flush=True)
         results["sections"].append(record)
