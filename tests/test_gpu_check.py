@@ -260,3 +260,16 @@ def test_a_training_run_past_its_time_is_stopped(tmp_path):
     code, out = torchrun(["train.steps=1000"], 1, tmp_path / "run.log", timeout=1)
     assert code == -9 and out.startswith("timed out after 1 s")
     assert (tmp_path / "run.log").read_text().startswith("$ ")
+
+
+def test_main_runs_the_chosen_sections_and_writes_the_report(monkeypatch, tmp_path, capsys):
+    """The main loop past the CUDA test (faked here: the device section itself runs for real and describes this
+    CPU): the section runs under its budget, report.md and report.json are written, exit 0 when all passed."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["--out", str(tmp_path), "--only", "device", "--budget-scale", "4"]) == 0
+    assert "gpu-check: device (budget 60 s)" in capsys.readouterr().out
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert [s["name"] for s in written["sections"]] == ["device"] and written["sections"][0]["status"] == "passed"
+    assert (tmp_path / "report.md").read_text().startswith("# lioncub GPU check\n\n**PASSED**: 1 of 1 sections")
+    assert main(["--out", str(tmp_path), "--only", "device", "--budget-s", "1"]) == 1  # no time left: skipped
+    assert json.loads((tmp_path / "report.json").read_text())["sections"][0]["status"] == "skipped"

@@ -94,5 +94,5 @@ def run_section(section: Section, workdir: Path, budget_s: float | None = None, 
         record["status"] = "error"
         record["error"] = (f"the section process ended with status {proc.returncode}: "
                            f"{_tail(log.read_text(errors='replace'))}")
-    record.update(title=section.title, budget_s=budget, seconds=round(seconds, 1), log=log.name)
+    record.update(name=section.name, title=section.title, budget_s=budget, seconds=round(seconds, 1), log=log.name)
     return record
