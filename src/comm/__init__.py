@@ -27,48 +27,29 @@ scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, the
 numel, device)`, which LionCub uses to reduce without ever holding the whole update vector or direction; the
 neighbours' reducers (`dlion_*`, `compressed_allreduce`, `bitdp`) offer `reduce` alone (see each class for its
 options).
+
+Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
+`src.comm.registry` on first use, so a light module of the package (`src.comm.cost_model`, `src.comm.wire`) can be
+imported alone by code that has no torch.
 """
 from __future__ import annotations
 
-import inspect
-
-from src.comm.base import NonFiniteUpdateError, Reducer, tie_value
-from src.comm.compressed_allreduce import CompressedAllreduce
-from src.comm.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
-from src.comm.full_precision import FullPrecisionReducer
-from src.comm.onebit import OneBitReducer
-from src.comm.param_server import NaiveParameterServer, TreeParameterServer
-from src.comm.pbit import PBitReducer, largest_world_size
-from src.comm.ultra_low_bit import UltraLowBitAllreduce
-
-REDUCERS = {
-    "pbit": PBitReducer,
-    "onebit": OneBitReducer,
-    "ps_naive": NaiveParameterServer,
-    "ps_tree": TreeParameterServer,
-    "fp32": FullPrecisionReducer,
-    "bf16": FullPrecisionReducer,
-    "dlion_naive": NaiveDistributedLion,
-    "dlion_tree": TreeDistributedLion,
-    "dlion_allgather": AllgatherDistributedLion,
-    "compressed_allreduce": CompressedAllreduce,
-    "bitdp": UltraLowBitAllreduce,
+_LAZY = {
+    "REDUCERS": "src.comm.registry",
+    "make_reducer": "src.comm.registry",
+    "Reducer": "src.comm.base",
+    "NonFiniteUpdateError": "src.comm.base",
+    "tie_value": "src.comm.base",
+    "largest_world_size": "src.comm.pbit",
 }
 
 
-def make_reducer(name: str, group=None, **options) -> Reducer:
-    """Build the reducer `name` on `group` (the default group when None); unknown names/options raise ValueError."""
-    if name not in REDUCERS:
-        raise ValueError(f"unknown reducer {name!r}; choose one of {', '.join(REDUCERS)}")
-    cls = REDUCERS[name]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "group", "dtype")]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"reducer {name!r} does not take option(s) {', '.join(unknown)}; "
-                         f"it takes {', '.join(accepted)}")
-    if cls is FullPrecisionReducer:
-        options["dtype"] = name
-    return cls(group, **options)
+def __getattr__(name: str):
+    """The registry's names, imported on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'src.comm' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["REDUCERS", "make_reducer", "Reducer", "NonFiniteUpdateError", "tie_value", "largest_world_size"]
+__all__ = list(_LAZY)
