@@ -101,7 +101,7 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
             stats.before_step()
             optimizer.step()
             stats.after_step()
-            if hasattr(optimizer, "settle") and settle():
+            if settle():
                 optimizer.settle()
         optimizer.zero_grad(set_to_none=True)
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}

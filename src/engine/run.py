@@ -8,8 +8,11 @@ reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when 
 (src.reliability.resume).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
-`summary.json` and the timing table. With `reducer: auto` rank 0 prints the reducer chosen and the predicted times
-(src.comm.auto), and summary.json keeps them under `reducer_auto`.
+`summary.json` and the timing table. Every value the optimizer uses in place of the configured one (a field width
+widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) is
+printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why);
+`config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times
+under `reducer_auto` (src.comm.auto).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -288,9 +291,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
         network = broadcast_object(network_costs(cfg.network)) if is_auto(cfg.variant) else None
         optimizer = build_optimizer(model, cfg.variant, lr=float(o.lr), betas=(float(o.beta1), float(o.beta2)),
                                     weight_decay=float(o.weight_decay), network=network)
-        choice = getattr(optimizer, "reducer_choice", None)
-        if choice is not None and ctx.is_main:
-            print(choice.log_line(), flush=True)
+        if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+            for adjustment in optimizer.adjustments():
+                print(adjustment.line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, cfg.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
@@ -313,8 +316,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
                    "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
-        if choice is not None:
-            summary["reducer_auto"] = choice.record()
+        summary["config_adjusted"] = {a.key: a.record() for a in optimizer.adjustments()}
+        if optimizer.reducer_choice is not None:
+            summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)
