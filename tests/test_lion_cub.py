@@ -103,7 +103,8 @@ def test_parameters_stay_bitwise_identical_across_ranks(dist, world_size, reduce
 
 
 class ReduceOnly(Reducer):
-    """A reducer with only the contract's `reduce(update, step)`: LionCub takes its flat path around it."""
+    """A reducer with only the contract's `reduce(update, step)`: LionCub's step runs it as one chunk, the whole
+    update vector through `reduce`."""
 
     name = "reduce_only"
 
@@ -116,7 +117,7 @@ class ReduceOnly(Reducer):
 
 
 def _train_both_paths(reducer: dict, steps: int):
-    """LionCub's fused chunked step and its flat step (around the same reducer's `reduce`), side by side."""
+    """LionCub's fused chunked step and its one-chunk step (around the same reducer's `reduce`), side by side."""
     sizes = [p.numel() for p in make_params()]
     options = {k: v for k, v in reducer.items() if k != "name"}
     flat = ReduceOnly(make_reducer(reducer["name"], segments=sizes, **options))

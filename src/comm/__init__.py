@@ -23,10 +23,11 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 
 Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` and `compile` (the pipelined,
 fused hot path: src/comm/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
-scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, they offer `run(source, sink, step,
-numel, device)`, which LionCub uses to reduce without ever holding the whole update vector or direction; the
-neighbours' reducers (`dlion_*`, `compressed_allreduce`, `bitdp`) offer `reduce` alone (see each class for its
-options).
+scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, every reducer is a library of
+per-chunk operations (`begin`, `encode`, `exchange`, `decode`: src/comm/chunked.py) that LionCub's step strings
+together, so that the whole update vector or direction never exists; the neighbours' reducers (`dlion_*`,
+`compressed_allreduce`, `bitdp`) reduce the whole vector in one call and offer the same operations as one chunk
+(src/comm/base.py; see each class for its options).
 
 Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
 `src.comm.registry` on first use, so a light module of the package (`src.comm.cost_model`, `src.comm.wire`) can be

@@ -61,7 +61,7 @@ class AutoChoice:
     def adjustment(self) -> Adjustment:
         """The choice as a replaced configuration value (src/engine/run.py prints it and records it)."""
         return Adjustment("variant.reducer.name", "auto", self.label(self.name),
-                          f"{self.predicted()}; for {self.inputs()}")
+                          f"{self.predicted()}; for {self.inputs()}", message=self.log_line())
 
     def record(self) -> dict:
         """What summary.json keeps (key `reducer_auto`): the choice, each candidate's prediction, the inputs."""

@@ -199,8 +199,8 @@ class PBitReducer(ChunkedReducer):
         return {"seed": self.seed}
 
     def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore: the stochastic-rounding stream is a function of (seed, rank, step). A state from an
-        older version (a saved generator state) is accepted and ignored."""
+        """Nothing to restore: the stochastic-rounding stream is a function of (seed, rank, step). A state that holds
+        a saved generator state is accepted and ignored."""
 
     def adjustments(self) -> list[Adjustment]:
         """The field width, where it was widened so that the world's sums fit."""

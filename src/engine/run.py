@@ -2,7 +2,7 @@
 
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
 Section 7 setups): the typed schema of the whole config (src.engine.schema: types, ranges, unknown keys), the
-launch and device (src.dist.setup), the model/data pairing and the model on the meta device, the variant at this
+launch and device (src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
 world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
 reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
 (src.reliability.resume).
@@ -19,7 +19,7 @@ first step (src.reliability) and continues in its own folder, or in a new one wh
 checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
 training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals).
 
-A process group is started whenever the variant communicates, even for one process (see src.dist.setup).
+A process group is started whenever the variant communicates, even for one process (see src.dist.process_group).
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.dist.setup import (
+from src.comm.codec import allow_recompiles
+from src.dist.process_group import (
     DistContext,
     broadcast_object,
     describe,
@@ -271,8 +272,9 @@ def _already_finished(plan: Plan) -> dict | None:
     return None
 
 
-def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> dict:
-    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal."""
+def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0) -> dict:
+    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal.
+    `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
     ctx, task = plan.ctx, plan.task
     done = _already_finished(plan)
     if done is not None:
@@ -280,7 +282,8 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
             print(f"lioncub: {plan.resume.run_dir} has finished all {plan.steps} steps; nothing to resume", flush=True)
         return done
     needs_group = ctx.world_size > 1 or cfg.variant.optimizer != "lion"
-    network_env = init_process_group(ctx, cfg.network) if needs_group else {}
+    network_env = init_process_group(ctx, cfg.network, run_index) if needs_group else {}
+    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codec.py)
     try:
         torch.manual_seed(int(cfg.seed))
         model = task.build_model(ctx.device).to(ctx.device)

@@ -8,14 +8,15 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Adjustment:
-    """`key` is the value's config path (`variant.reducer.bits`)."""
+    """`key` is the value's config path (`variant.reducer.bits`); `message`, where given, is the line to print."""
     key: str
     requested: Any
     used: Any
     why: str
+    message: str = ""
 
     def line(self) -> str:
-        return f"lioncub: {self.key}={self.requested} -> {self.used} ({self.why})"
+        return self.message or f"lioncub: {self.key}={self.requested} -> {self.used} ({self.why})"
 
     def record(self) -> dict:
         return {"requested": self.requested, "used": self.used, "why": self.why}
