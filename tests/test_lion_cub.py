@@ -136,6 +136,21 @@ def test_fused_chunked_step_equals_the_flat_step_bitwise(dist, reducer):
         assert all(torch.equal(a, b) for a, b in zip(chunked_momenta, flat_momenta))
 
 
+def _train_whole_vector(name: str, steps: int):
+    """LionCub with a whole-vector reducer by name, and around the same reducer's `reduce` (ReduceOnly)."""
+    sizes = [p.numel() for p in make_params()]
+    wrapped = ReduceOnly(make_reducer(name, segments=sizes))
+    return [_train_cub(r, {"every": 4, "layers": "all"}, steps)[:2] for r in ({"name": name}, wrapped)]
+
+
+@pytest.mark.parametrize("name", ["dlion_naive", "dlion_allgather", "compressed_allreduce"])
+def test_a_whole_vector_reducer_steps_exactly_as_its_reduce(dist, name):
+    """The neighbours' reducers take LionCub's one path as one chunk: the same as calling their `reduce`."""
+    for (params, momenta), (ref_params, ref_momenta) in dist(2, _train_whole_vector, name, 6):
+        assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+        assert all(torch.equal(a, b) for a, b in zip(momenta, ref_momenta))
+
+
 def test_momentum_sync_averages_only_the_chosen_layers(dist):
     outs = dist(2, _train_cub, {"name": "pbit", "bits": 4}, {"every": 5, "layers": "embed_head"}, 5)
     (_, m0, _), (_, m1, _) = outs
