@@ -33,13 +33,14 @@ def _quit_before_training(signum, frame) -> None:
     raise SystemExit(EXIT_CTRL_C)
 
 
-signal.signal(signal.SIGINT, _quit_before_training)  # a Ctrl-C while importing or starting: no traceback
+if __name__ == "__main__":  # a run starts: a Ctrl-C while importing or starting exits 130 without a traceback
+    signal.signal(signal.SIGINT, _quit_before_training)  # (training installs its own: src.reliability.signals)
 if __package__ in (None, ""):  # `python src/train.py`: import the repository as `src`, not the src folder's modules
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from src.compat import TorchTooOld, check_torch  # noqa: E402
 from src.data.errors import DataError  # noqa: E402
@@ -67,7 +68,7 @@ def main(cfg: DictConfig) -> None:
     except (SetupError, DataError, TorchTooOld) as exc:
         exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
     try:
-        execute(cfg, plan, overrides)
+        execute(cfg, plan, overrides, run_index=int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0))
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed
         exit_with_setup_error(f"cannot continue: {exc}", EXIT_SETUP)
     except (ReplicaDivergenceError, NonFiniteStepError) as exc:

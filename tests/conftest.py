@@ -8,6 +8,13 @@ from dist_pool import DistPool
 _POOLS: dict[int, DistPool] = {}
 
 
+def pytest_configure(config):
+    """A test process runs many reducer settings: let each kernel compile once per setting (src/comm/codec.py)."""
+    from src.comm import codec
+
+    codec.allow_recompiles()
+
+
 class _Runner:
     def __call__(self, world_size: int, fn, *args, **kwargs) -> list:
         pool = _POOLS.get(world_size)

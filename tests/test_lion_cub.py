@@ -103,7 +103,8 @@ def test_parameters_stay_bitwise_identical_across_ranks(dist, world_size, reduce
 
 
 class ReduceOnly(Reducer):
-    """A reducer with only the contract's `reduce(update, step)`: LionCub takes its flat path around it."""
+    """A reducer with only the contract's `reduce(update, step)`: LionCub's step runs it as one chunk, the whole
+    update vector through `reduce`."""
 
     name = "reduce_only"
 
@@ -116,7 +117,7 @@ class ReduceOnly(Reducer):
 
 
 def _train_both_paths(reducer: dict, steps: int):
-    """LionCub's fused chunked step and its flat step (around the same reducer's `reduce`), side by side."""
+    """LionCub's fused chunked step and its one-chunk step (around the same reducer's `reduce`), side by side."""
     sizes = [p.numel() for p in make_params()]
     options = {k: v for k, v in reducer.items() if k != "name"}
     flat = ReduceOnly(make_reducer(reducer["name"], segments=sizes, **options))
@@ -133,6 +134,21 @@ def test_fused_chunked_step_equals_the_flat_step_bitwise(dist, reducer):
     for (chunked_params, chunked_momenta), (flat_params, flat_momenta) in dist(3, _train_both_paths, reducer, 12):
         assert all(torch.equal(a, b) for a, b in zip(chunked_params, flat_params))
         assert all(torch.equal(a, b) for a, b in zip(chunked_momenta, flat_momenta))
+
+
+def _train_whole_vector(name: str, steps: int):
+    """LionCub with a whole-vector reducer by name, and around the same reducer's `reduce` (ReduceOnly)."""
+    sizes = [p.numel() for p in make_params()]
+    wrapped = ReduceOnly(make_reducer(name, segments=sizes))
+    return [_train_cub(r, {"every": 4, "layers": "all"}, steps)[:2] for r in ({"name": name}, wrapped)]
+
+
+@pytest.mark.parametrize("name", ["dlion_naive", "dlion_allgather", "compressed_allreduce"])
+def test_a_whole_vector_reducer_steps_exactly_as_its_reduce(dist, name):
+    """The neighbours' reducers take LionCub's one path as one chunk: the same as calling their `reduce`."""
+    for (params, momenta), (ref_params, ref_momenta) in dist(2, _train_whole_vector, name, 6):
+        assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+        assert all(torch.equal(a, b) for a, b in zip(momenta, ref_momenta))
 
 
 def test_momentum_sync_averages_only_the_chosen_layers(dist):

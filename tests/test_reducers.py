@@ -204,24 +204,21 @@ def test_world_size_one_returns_local_direction(dist):
 def _emulated_sum(options: dict, world_size: int, numel: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Encode every rank's update with that rank's reducer, add the words as the SUM allreduce would, decode with
     rank 0's: a world size no test machine has, in one process."""
-    from src.comm.chunked import VectorSink, VectorSource
-    from src.comm.packing import fields_per_word
+    from src.comm.chunked import direction_target, encode_from_vector, write_chunk
     from src.comm.pbit import PBitReducer
 
     segments = segments_for(numel)
     reducers = [PBitReducer(world_size=world_size, rank=r, segments=segments, **options) for r in range(world_size)]
     updates = [make_update(r, numel) for r in range(world_size)]
-    plan = reducers[0].plan(numel)
+    reductions = [r.begin(segments, step, torch.device("cpu")) for r in reducers]
     direction = torch.empty(numel)
-    for chunk in plan.chunks:
+    for chunk in reductions[0].plan.chunks:
         total = None
-        for reducer, update in zip(reducers, updates):
-            context = reducer._begin(plan, VectorSource(update), None, step, torch.device("cpu"))
-            words = reducer.words(plan, 0, context.device)[: chunk.length // fields_per_word(reducer.bits)]
-            reducer.encode(chunk, context, words)
+        for reducer, reduction, update in zip(reducers, reductions, updates):
+            words = encode_from_vector(reducer, reduction, chunk, update, 0)
             total = words.clone() if total is None else total.add_(words)
-        context = reducers[0]._begin(plan, VectorSource(updates[0]), VectorSink(direction), step, torch.device("cpu"))
-        reducers[0].decode(chunk, context, total)
+        out = direction_target(direction, chunk, reductions[0].scratch)
+        write_chunk(direction, chunk, reducers[0].decode(reductions[0], chunk, total, out))
     codes = torch.stack([quantize(u, options["quant"], options["levels"], segments=segments).long() for u in updates])
     return direction, codes.sum(0)
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from src.dist import setup
+from src.dist import process_group
 from src.dist.slurm_env import expand_hostlist, expand_tasks_per_node, slurm_launch_env
 from src.errors import SetupError
 
@@ -47,17 +47,17 @@ def test_a_job_step_task_becomes_a_torchrun_rank():
     env = slurm_launch_env(STEP)
     assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "gpu07", "MASTER_PORT": str(20000 + 4242 % 10000)}
-    assert setup.read_launch_env(STEP) == (3, 1, 4, 2)
-    ctx = setup.describe("cpu", {"name": "ethernet", "backend": "auto"}, STEP)
+    assert process_group.read_launch_env(STEP) == (3, 1, 4, 2)
+    ctx = process_group.describe("cpu", {"name": "ethernet", "backend": "auto"}, STEP)
     assert (ctx.rank, ctx.world_size, ctx.num_nodes) == (3, 4, 2)
     assert slurm_launch_env({**STEP, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"})["MASTER_ADDR"] == "10.0.0.1"
 
 
 def test_torchrun_variables_win_and_a_batch_script_is_one_process():
-    assert setup.read_launch_env({**STEP, "RANK": "0", "WORLD_SIZE": "2"}) == (0, 0, 2, 2)
+    assert process_group.read_launch_env({**STEP, "RANK": "0", "WORLD_SIZE": "2"}) == (0, 0, 2, 2)
     batch = {k: v for k, v in STEP.items() if not k.startswith("SLURM_STEP")}  # the batch shell has no step
     assert slurm_launch_env(batch) == {}
-    assert setup.read_launch_env(batch) == (0, 0, 1, 1)
+    assert process_group.read_launch_env(batch) == (0, 0, 1, 1)
     one_task = {**STEP, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_STEP_NUM_TASKS": "1",
                 "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_STEP_NODELIST": "gpu07"}
-    assert slurm_launch_env(one_task) == {} and setup.read_launch_env(one_task) == (0, 0, 1, 1)
+    assert slurm_launch_env(one_task) == {} and process_group.read_launch_env(one_task) == (0, 0, 1, 1)

@@ -7,7 +7,7 @@ Per rate in the CSV: alpha and beta of Table 1's model fitted to the collective 
 tau between the measured and the model's order of the algorithms at every size (collective and total time), the
 table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` beside its bit-ratio limit, and, per
 size, each variant's `reduce()` end to end against the fp32 allreduce of the same vector with its share of the
-limit, beside the collective alone (issue 11's goal 1). Writes summary.md, fit.json and model.csv (the fitted
+limit, beside the collective alone. Writes summary.md, fit.json and model.csv (the fitted
 model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
 --out-dir), and prints the tables. Per rate it also writes `network_fit_<rate>.json` (alpha, beta and where they
 come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The figures are drawn
@@ -189,7 +189,7 @@ def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dic
         lines = end_to_end_lines(rate, group)
         if lines:
             printed += lines + [""]
-            md += ["### reduce() end to end (issue 11, goal 1)", "", "```", *lines, "```", ""]
+            md += ["### reduce() end to end", "", "```", *lines, "```", ""]
         curves += model_rows(rate, group, fitted)
     return md, fits, printed, curves
 

@@ -9,7 +9,7 @@ src.bench.comm_bench -- --out OUT/comm.csv` (fresh CSV per suite run), records e
 walltime.json, then `src.bench.comm_report` writes summary.md, fit.json, model.csv and network_fit_<rate>.json (the
 network's alpha and beta, read by runs with `reducer: auto` through `network.fit`) and prints the Lion 32-bit /
 Lion Cub ratio tables and the end-to-end `reduce()` table, and `python -m analysis.fig2_comm` draws Fig. 2.
-Issue 11's end-to-end table (2 hosts, one rank each, 1 Gbit/s, 10M to 100M elements):
+The end-to-end table (2 hosts, one rank each, 1 Gbit/s, 10M to 100M elements):
 
     python -m src.bench.comm_suite --out results/bench/e2e --nodes 2 --nproc 1 --rates 1gbit \
         --bench-args "--sizes 1e7,2.5e7,1e8 --cases fp32,cub8,cub4,cub1 --reps 5" The ranks run with THP_MEM_ALLOC_ENABLE=1 (PyTorch's CPU allocator backs

@@ -1,7 +1,7 @@
 """Throughput of the core kernels beside a plain memory copy, and wire bytes per reducer (Lion Cub, Sections 3 and 6).
 
     python -m src.bench.core_throughput [--numel 67108864] [--device cpu|cuda] [--repeats 5] [--csv out.csv]
-    python -m src.bench.core_throughput --numel 25000000 --threads 1 --only codec   # issue 11's one-core figures
+    python -m src.bench.core_throughput --numel 25000000 --threads 1 --only codec   # the one-core figures
 
 Rows:
 - `pack`/`unpack` at field widths 1, 2, 4, 8, 16: GB/s of the values (one byte each, four for 16-bit fields);
@@ -24,8 +24,8 @@ import time
 import torch
 
 from src.comm import codec, make_reducer
-from src.comm.chunked import RunContext, VectorSink, VectorSource
-from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
+from src.comm.chunked import direction_target, encode_from_vector, vector_chunk, write_chunk
+from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack
 from src.quant import quantize
 
 GPT774M = 774_000_000
@@ -98,34 +98,35 @@ def codec_work(name: str, options: dict, update: torch.Tensor, compiled: bool, w
         mine = torch.empty(plan.chunk // (8 * world_size), dtype=torch.uint8, device=device)
 
         def encode():
-            context = RunContext(reducer, plan, VectorSource(update), None, 1, device)
+            reduction = reducer.begin(plan.layout.sizes, 1, device)
             for chunk in plan.chunks:
                 at = chunk.start // 8
-                reducer.kernel(codec.encode_votes, numel)(words[at: at + chunk.length // 8], context.values(chunk),
-                                                          True, 1)
+                values = vector_chunk(update, chunk, reduction.scratch)
+                reducer.kernel(codec.encode_votes, numel)(words[at: at + chunk.length // 8], values, True, 1)
 
         def decode():  # the local majority over world_size copies of a part, then the +-1 direction
-            context = RunContext(reducer, plan, None, VectorSink(direction), 1, device)
+            reduction = reducer.begin(plan.layout.sizes, 1, device)
             for chunk in plan.chunks:
                 at, n = chunk.start // 8, chunk.length // 8
                 reducer.kernel(codec.majority_1bit, numel)(mine[: n // world_size], words[at: at + n], world_size,
                                                            True)
-                target = context.target(chunk)
+                target = direction_target(direction, chunk, reduction.scratch)
                 reducer.kernel(codec.decode_signs_1bit, numel)(target, words[at: at + n])
-                context.commit(chunk, target)
+                write_chunk(direction, chunk, target)
         return encode, decode
     k = fields_per_word(reducer.bits)
-    words = torch.empty(plan.padded_numel // k, dtype=word_dtype(reducer.bits), device=device)
 
-    def encode():
-        context = reducer._begin(plan, VectorSource(update), None, 1, device)
+    def encode():  # chunk k's words in pipeline slot k, where decode reads them
+        reduction = reducer.begin(plan.layout.sizes, 1, device)
         for chunk in plan.chunks:
-            reducer.encode(chunk, context, words[chunk.start // k: (chunk.start + chunk.length) // k])
+            encode_from_vector(reducer, reduction, chunk, update, chunk.index)
 
     def decode():
-        context = reducer._begin(plan, None, VectorSink(direction), 1, device)
+        reduction = reducer.begin(plan.layout.sizes, 1, device)
         for chunk in plan.chunks:
-            reducer.decode(chunk, context, words[chunk.start // k: (chunk.start + chunk.length) // k])
+            received = reducer.words(plan, chunk.index, device)[: chunk.length // k]
+            out = direction_target(direction, chunk, reduction.scratch)
+            write_chunk(direction, chunk, reducer.decode(reduction, chunk, received, out))
     return encode, decode
 
 
@@ -171,6 +172,7 @@ def main(argv=None) -> None:
     parser.add_argument("--only", choices=("all", "packing", "codec"), default="all")
     parser.add_argument("--csv", default=None, help="also write the kernel rows to this CSV file")
     args = parser.parse_args(argv)
+    codec.allow_recompiles()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -31,6 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from tqdm import tqdm
 
+from src.comm import codec
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     _one_rank_group()
+    codec.allow_recompiles()
     model = gpt(args.layers, args.embd, torch.device(args.device))
     rows = [measure(v, model) for v in tqdm(args.variants, desc="variants", unit="variant")]
     print(f"optimizer memory beyond parameters, gradients and momentum ({rows[0]['parameters'] / 1e6:.1f}M "

@@ -23,52 +23,34 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 
 Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` and `compile` (the pipelined,
 fused hot path: src/comm/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
-scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, they offer `run(source, sink, step,
-numel, device)`, which LionCub uses to reduce without ever holding the whole update vector or direction; the
-neighbours' reducers (`dlion_*`, `compressed_allreduce`, `bitdp`) offer `reduce` alone (see each class for its
-options).
+scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, every reducer is a library of
+per-chunk operations (`begin`, `encode`, `exchange`, `decode`: src/comm/chunked.py) that LionCub's step strings
+together, so that the whole update vector or direction never exists; the neighbours' reducers (`dlion_*`,
+`compressed_allreduce`, `bitdp`) reduce the whole vector in one call and offer the same operations as one chunk
+(src/comm/base.py; see each class for its options).
+
+Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
+`src.comm.registry` on first use, so a light module of the package (`src.comm.cost_model`, `src.comm.wire`) can be
+imported alone by code that has no torch.
 """
 from __future__ import annotations
 
-import inspect
-
-from src.comm.base import NonFiniteUpdateError, Reducer, tie_value
-from src.comm.compressed_allreduce import CompressedAllreduce
-from src.comm.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
-from src.comm.full_precision import FullPrecisionReducer
-from src.comm.onebit import OneBitReducer
-from src.comm.param_server import NaiveParameterServer, TreeParameterServer
-from src.comm.pbit import PBitReducer, largest_world_size
-from src.comm.ultra_low_bit import UltraLowBitAllreduce
-
-REDUCERS = {
-    "pbit": PBitReducer,
-    "onebit": OneBitReducer,
-    "ps_naive": NaiveParameterServer,
-    "ps_tree": TreeParameterServer,
-    "fp32": FullPrecisionReducer,
-    "bf16": FullPrecisionReducer,
-    "dlion_naive": NaiveDistributedLion,
-    "dlion_tree": TreeDistributedLion,
-    "dlion_allgather": AllgatherDistributedLion,
-    "compressed_allreduce": CompressedAllreduce,
-    "bitdp": UltraLowBitAllreduce,
+_LAZY = {
+    "REDUCERS": "src.comm.registry",
+    "make_reducer": "src.comm.registry",
+    "Reducer": "src.comm.base",
+    "NonFiniteUpdateError": "src.comm.base",
+    "tie_value": "src.comm.base",
+    "largest_world_size": "src.comm.pbit",
 }
 
 
-def make_reducer(name: str, group=None, **options) -> Reducer:
-    """Build the reducer `name` on `group` (the default group when None); unknown names/options raise ValueError."""
-    if name not in REDUCERS:
-        raise ValueError(f"unknown reducer {name!r}; choose one of {', '.join(REDUCERS)}")
-    cls = REDUCERS[name]
-    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "group", "dtype")]
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise ValueError(f"reducer {name!r} does not take option(s) {', '.join(unknown)}; "
-                         f"it takes {', '.join(accepted)}")
-    if cls is FullPrecisionReducer:
-        options["dtype"] = name
-    return cls(group, **options)
+def __getattr__(name: str):
+    """The registry's names, imported on first use (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'src.comm' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_LAZY[name]), name)
 
 
-__all__ = ["REDUCERS", "make_reducer", "Reducer", "NonFiniteUpdateError", "tie_value", "largest_world_size"]
+__all__ = list(_LAZY)

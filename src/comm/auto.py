@@ -22,6 +22,7 @@ from src.comm.cost_model import cost
 from src.comm.network_fit import NetworkCosts
 from src.comm.packing import FIELD_WIDTHS
 from src.comm.pbit import field_width
+from src.utils.adjustment import Adjustment
 
 CANDIDATES = ("pbit", "onebit", "ps_tree", "ps_naive")
 OPTIONS = ("quant", "levels", "vote", "zeros", "chunk", "compile", "check_finite")
@@ -42,13 +43,25 @@ class AutoChoice:
     def label(self, name: str) -> str:
         return f"{name} {self.widths[name]}-bit fields" if name != "onebit" else "onebit"
 
-    def log_line(self) -> str:
+    def predicted(self) -> str:
+        """The chosen reducer's predicted time, then the others'."""
         others = ", ".join(f"{self.label(n)} {self.predicted_s[n] * 1e3:.1f} ms" for n in self.predicted_s
                            if n != self.name)
+        return f"predicted {self.predicted_s[self.name] * 1e3:.1f} ms; {others}"
+
+    def inputs(self) -> str:
+        """What the prediction was made for."""
         net = self.network
-        return (f"lioncub: reducer auto -> {self.label(self.name)} (predicted {self.predicted_s[self.name] * 1e3:.1f}"
-                f" ms; {others}) for world_size={self.world_size}, {self.numel / 1e6:.1f}M parameters, "
-                f"alpha={net.alpha:.3g} s, beta={net.beta:.3g} s/bit from {net.source}")
+        return (f"world_size={self.world_size}, {self.numel / 1e6:.1f}M parameters, alpha={net.alpha:.3g} s, "
+                f"beta={net.beta:.3g} s/bit from {net.source}")
+
+    def log_line(self) -> str:
+        return f"lioncub: reducer auto -> {self.label(self.name)} ({self.predicted()}) for {self.inputs()}"
+
+    def adjustment(self) -> Adjustment:
+        """The choice as a replaced configuration value (src/engine/run.py prints it and records it)."""
+        return Adjustment("variant.reducer.name", "auto", self.label(self.name),
+                          f"{self.predicted()}; for {self.inputs()}", message=self.log_line())
 
     def record(self) -> dict:
         """What summary.json keeps (key `reducer_auto`): the choice, each candidate's prediction, the inputs."""

@@ -25,7 +25,9 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from src.comm.pipeline import Chunk, ChunkPlan, Done
 from src.comm.workspace import Workspace
+from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
 VOTES = ("majority", "average")
@@ -86,9 +88,17 @@ def resolve_group(group, world_size: int | None, rank: int | None) -> tuple[int,
 
 
 class Reducer:
-    """Base class: owns the process group, the timer and the checks; subclasses implement `_reduce`."""
+    """Base class: owns the process group, the timer and the checks; subclasses implement `_reduce`.
+
+    The per-chunk operations a caller strings together (src/comm/chunked.py: `plan`, `begin`,
+    `statistics_wanted`, `observe`, `encode`, `exchange`, `decode`) are given here for a reducer that reduces the
+    whole vector in one call: its plan is one chunk, `encode` hands the values on, `exchange` runs `reduce` (the
+    collectives run there, synchronously) and `decode` hands its direction on. So a caller has one path for every
+    reducer; only `pipelined` reducers (`ChunkedReducer`) overlap chunks with the wire.
+    """
 
     name = "base"
+    pipelined = False
 
     def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None,
                  segments: Sequence[int] | None = None, check_finite: bool = False, timer: PhaseTimer | None = None):
@@ -128,6 +138,44 @@ class Reducer:
     def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
         raise NotImplementedError
 
+    # --- the per-chunk operations, for a reducer that reduces the whole vector in one call ----------------------
+    def chunk_plan(self, sizes: Sequence[int]) -> ChunkPlan:
+        """The chunks of a vector of segments `sizes` end to end: here one chunk, the whole vector, unpadded."""
+        return ChunkPlan(list(sizes), 0, align=1)
+
+    def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> "Reduction":
+        """Start a reduction at `step` (counted from 1) on `device` of a vector of segments `sizes` end to end (the
+        caller's layers; per-layer scales follow them)."""
+        return Reduction(self, self.chunk_plan(sizes), int(step), torch.device(device), checked)
+
+    def statistics_wanted(self, reduction, chunk: Chunk) -> Sequence[Chunk]:
+        """The chunks whose values `observe` must see, in order, before `chunk` is encoded (per-layer scales)."""
+        return ()
+
+    def observe(self, reduction, chunk: Chunk, values: torch.Tensor) -> None:
+        """Take the statistics the scales need from a chunk's values (nothing to take here)."""
+
+    def encode(self, reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        return values
+
+    def exchange(self, reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
+        """`reduce` on the whole vector; its collectives have run when it returns."""
+        direction = self.reduce(wire, reduction.step)
+        yield Done()
+        return direction
+
+    def decode(self, reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The direction `reduce` returned, as it is (`out` is not written)."""
+        return received
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the buffers this reducer keeps between calls."""
+        return self.workspace.nbytes()
+
+    def adjustments(self) -> list[Adjustment]:
+        """Options this reducer runs with in place of the ones it was given (none here)."""
+        return []
+
     def wire_bytes(self, numel: int) -> int:
         """Bytes this rank sends to reduce an update of `numel` elements (the algorithms of Table 1)."""
         raise NotImplementedError
@@ -140,3 +188,18 @@ class Reducer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(world_size={self.world_size}, rank={self.rank})"
+
+
+
+class Reduction:
+    """One reduction of a flat vector at one step: its plan, step, device, the float32 `scratch` chunk its caller
+    computes values and directions in, and what its chunks share (a reducer adds per-layer scales or a stream)."""
+
+    def __init__(self, reducer: Reducer, plan: ChunkPlan, step: int, device: torch.device, checked: bool = False):
+        self.reducer, self.plan, self.step, self.device = reducer, plan, step, device
+        self.scratch = reducer.workspace.get("scratch", plan.chunk, torch.float32, device)
+        self.checked = checked  # the whole vector was checked for non-finite values up front (`reduce`)
+
+    def kernel(self, fn):
+        """`fn`, compiled where the reducer compiles its kernels for this vector's length (pipelined reducers)."""
+        return self.reducer.kernel(fn, self.plan.numel)

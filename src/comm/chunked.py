@@ -1,39 +1,44 @@
-"""What the pipelined reducers share: chunk plans, buffer slots, kernels, and the two ends of a reduction.
+"""The per-chunk operations of the pipelined reducers: a library the optimizer's step calls (Lion Cub, Section 6).
 
-`ChunkedReducer.run(source, sink, step, numel, device)` reduces a flat vector of `numel` elements that never has
-to exist as a whole: `source.values(chunk, scratch)` gives a chunk's update values (LionCub computes them from the
-momentum and gradient pieces), `source.encoded(chunk)` says they were used (LionCub then steps the momentum), and
-`sink.target` / `sink.commit` receive the chunk's direction (LionCub applies it to the parameters). `reduce(update,
-step)` is `run` with a flat vector at one end and a flat direction buffer at the other (`VectorSource`,
-`VectorSink`). Memory a reducer keeps: one float scratch chunk and `PIPELINE_DEPTH` slots of wire words (plus,
-for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK` elements), whatever the vector's length; and
-the flat direction of `reduce`, only when that is called. `launch(...)` starts a reduction and hands it back in
-flight (the overlapped step, src/optim/overlap.py): with one slot per chunk, the wire words of the whole vector.
+A reducer cuts a vector of segments (the layers, end to end) into chunks (`chunk_plan(sizes)`,
+src/comm/pipeline.py) and offers, per chunk, the three operations of a compressed reduction, which its caller
+strings together:
+
+    reduction = reducer.begin(sizes, step, device)         # one reduction: plan, step, scales, rounding stream
+    wire = reducer.encode(reduction, chunk, values, slot)  # Q(c) of the chunk's values into the slot's wire words
+    received = yield from reducer.exchange(reduction, chunk, wire, slot)  # the collective(s): yields work handles
+    direction = reducer.decode(reduction, chunk, received, out)           # sign(sum) or the average, into `out`
+
+Per-layer scales span chunks: before encoding a chunk, the caller shows the reducer the values of the chunks
+`statistics_wanted(reduction, chunk)` names (`observe`), in order. The caller owns the loop: `LionCub.step`
+(src/optim/lion_cub.py) computes each chunk's values from the momentum and gradient and applies each direction to
+the parameters; `reduce(update, step)` here runs the same operations on a whole flat vector (`encode_from_vector`,
+`write_chunk`). Either hands its per-chunk generators to `src.comm.pipeline.Pipeline`, which keeps `depth`
+collectives in flight; each chunk in flight owns one of `depth` buffer slots.
+
+Memory a reducer keeps: one float32 scratch chunk (`Reduction.scratch`) and a slot of wire words per chunk in
+flight (plus, for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK` elements), whatever the vector's
+length; and the flat direction of `reduce`, only when that is called.
 
 Options: `chunk` (elements per pipelined chunk; 0: the whole vector in one chunk, nothing overlapped) and `compile`
 (`auto`: compiled kernels from COMPILE_MIN_NUMEL elements up; true; false), see src/comm/codec.py.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Generator, Sequence
 
 import torch
 
 from src.comm import codec
-from src.comm.base import NonFiniteUpdateError, Reducer
+from src.comm.base import NonFiniteUpdateError, Reducer, Reduction
 from src.comm.device import collective_device
-from src.comm.pipeline import PIPELINE_DEPTH, Chunk, ChunkPlan, Pipeline
+from src.comm.pipeline import Chunk, ChunkPlan, run_pipeline
 
 DEFAULT_CHUNK = 1 << 21
 COMPILE_MIN_NUMEL = 1 << 20
 COMPILE_CHOICES = (True, False, "auto")
 
-
-def _views(tensor: torch.Tensor, chunk: Chunk, at_chunk: bool) -> list[torch.Tensor]:
-    """Views of `tensor` holding the chunk's pieces: at their chunk offsets, or at their flat offsets."""
-    if at_chunk:
-        return [tensor[p.at: p.at + p.length] for p in chunk.pieces]
-    return [tensor[p.flat: p.flat + p.length] for p in chunk.pieces]
+Exchange = Generator[object, None, torch.Tensor]
 
 
 def zero_gaps(out: torch.Tensor, chunk: Chunk) -> None:
@@ -42,48 +47,45 @@ def zero_gaps(out: torch.Tensor, chunk: Chunk) -> None:
         torch._foreach_zero_([out[a:b] for a, b in chunk.gaps])
 
 
-class VectorSource:
-    """Chunks of one flat update vector: a view where the chunk is plain, else a zero-padded scratch copy."""
-
-    phase = "quantize"
-    checked = True  # reduce() checks the whole vector up front when asked to (src/comm/base.py)
-
-    def __init__(self, update: torch.Tensor):
-        self.update = update
-
-    def values(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
-        if chunk.plain:
-            return self.update[chunk.flat: chunk.flat + chunk.length]
-        out = scratch[: chunk.length]
-        zero_gaps(out, chunk)
-        if chunk.pieces:
-            torch._foreach_copy_(_views(out, chunk, True), _views(self.update, chunk, False))
-        return out
-
-    def encoded(self, chunk: Chunk) -> None:
-        pass
+def at_chunk(tensor: torch.Tensor, chunk: Chunk) -> list[torch.Tensor]:
+    """Views of a chunk-sized `tensor` holding the chunk's pieces (at their offsets in the chunk)."""
+    return [tensor[p.at: p.at + p.length] for p in chunk.pieces]
 
 
-class VectorSink:
-    """The direction of every chunk written into one flat vector."""
+def at_vector(vector: torch.Tensor, chunk: Chunk) -> list[torch.Tensor]:
+    """Views of the unpadded flat `vector` holding the chunk's pieces."""
+    return [vector[p.unpadded: p.unpadded + p.length] for p in chunk.pieces]
 
-    phase = "quantize"
 
-    def __init__(self, out: torch.Tensor):
-        self.out = out
+def vector_chunk(vector: torch.Tensor, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
+    """The chunk of a flat vector: a view where the chunk is plain, else a zero-padded copy in `scratch`."""
+    if chunk.plain:
+        return vector[chunk.unpadded_start: chunk.unpadded_start + chunk.length]
+    out = scratch[: chunk.length]
+    zero_gaps(out, chunk)
+    if chunk.pieces:
+        torch._foreach_copy_(at_chunk(out, chunk), at_vector(vector, chunk))
+    return out
 
-    def target(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
-        if chunk.plain:
-            return self.out[chunk.flat: chunk.flat + chunk.length]
-        return scratch[: chunk.length]
 
-    def commit(self, chunk: Chunk, written: torch.Tensor) -> None:
-        if not chunk.plain and chunk.pieces:
-            torch._foreach_copy_(_views(self.out, chunk, False), _views(written, chunk, True))
+def direction_target(vector: torch.Tensor, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
+    """Where to decode the chunk's direction for a flat `vector`: a view of it where plain, else the scratch."""
+    if chunk.plain:
+        return vector[chunk.unpadded_start: chunk.unpadded_start + chunk.length]
+    return scratch[: chunk.length]
+
+
+def write_chunk(vector: torch.Tensor, chunk: Chunk, direction: torch.Tensor) -> None:
+    """Copy the chunk's valid elements of `direction` (from `direction_target`) into the flat `vector` (nothing to
+    do for a plain chunk: it was decoded in place)."""
+    if not chunk.plain and chunk.pieces:
+        torch._foreach_copy_(at_vector(vector, chunk), at_chunk(direction, chunk))
 
 
 class ChunkedReducer(Reducer):
-    """Base of the pipelined reducers; subclasses give `_align`, `_block` and `_stages`."""
+    """Base of the pipelined reducers; subclasses give `_align`, `_block`, `_encode`, `exchange` and `decode`."""
+
+    pipelined = True
 
     def __init__(self, group=None, *, chunk: int = DEFAULT_CHUNK, compile="auto", world_size: int | None = None,
                  rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = False,
@@ -95,7 +97,7 @@ class ChunkedReducer(Reducer):
         if compile not in COMPILE_CHOICES:
             raise ValueError(f"{self.name}: compile must be true, false or auto, got {compile!r}")
         self.chunk, self.compile = chunk, compile
-        self._plans: dict[int, ChunkPlan] = {}
+        self._plans: dict[tuple[int, ...], ChunkPlan] = {}
         self._devices_checked: set[torch.device] = set()
 
     # --- layout ---------------------------------------------------------------------------------------------
@@ -109,10 +111,15 @@ class ChunkedReducer(Reducer):
 
     def plan(self, numel: int) -> ChunkPlan:
         """The chunks of a flat vector of `numel` elements (cut into `segments` when they cover it)."""
-        if numel not in self._plans:
-            sizes = self.segments if self.segments is not None and sum(self.segments) == numel else [numel]
-            self._plans[numel] = ChunkPlan(sizes, self.chunk, self._align(), self._block())
-        return self._plans[numel]
+        return self.chunk_plan(self.segments if self.segments is not None and sum(self.segments) == numel
+                               else [numel])
+
+    def chunk_plan(self, sizes: Sequence[int]) -> ChunkPlan:
+        """The chunks of a vector of segments `sizes` end to end (cached)."""
+        key = tuple(sizes)
+        if key not in self._plans:
+            self._plans[key] = ChunkPlan(list(sizes), self.chunk, self._align(), self._block())
+        return self._plans[key]
 
     def compiled(self, numel: int) -> bool:
         return self.compile is True or (self.compile == "auto" and numel >= COMPILE_MIN_NUMEL)
@@ -121,37 +128,55 @@ class ChunkedReducer(Reducer):
         return codec.kernel(fn, self.compiled(numel))
 
     def slot(self, name: str, slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """Buffer `name` of pipeline slot `slot` (PIPELINE_DEPTH slots; one per chunk for `launch(depth=None)`)."""
+        """Buffer `name` of pipeline slot `slot` (one per chunk in flight)."""
         return self.workspace.get(f"{name}{slot}", numel, dtype, device)
 
-    def scratch(self, plan: ChunkPlan, device: torch.device) -> torch.Tensor:
-        """The float32 chunk a run computes update values and directions in."""
-        return self.workspace.get("scratch", plan.chunk, torch.float32, device)
+    # --- the per-chunk operations -------------------------------------------------------------------------------
+    def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> Reduction:
+        if self.live:  # a planning-only reducer (no process group) has no wire to check against
+            self._check_device(torch.device(device))
+        return super().begin(sizes, step, device, checked)
 
-    def buffer_bytes(self) -> int:
-        """Bytes of the buffers this reducer keeps between calls."""
-        return self.workspace.nbytes()
+    def encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        """Q(values) of the chunk into slot `slot`'s wire words (after the opt-in non-finite check); returns them."""
+        self._check_values(reduction, chunk, values)
+        return self._encode(reduction, chunk, values, slot)
 
-    # --- a reduction ----------------------------------------------------------------------------------------
+    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int) -> Exchange:
+        """The chunk's collective(s): yields each one's work handle, returns the words `decode` reads."""
+        raise NotImplementedError
+
+    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The chunk's direction from the received words, written into `out` (chunk-sized float32); returns it."""
+        raise NotImplementedError
+
+    def _check_values(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor) -> None:
+        if not self.check_finite or reduction.checked:
+            return
+        bad = int((~torch.isfinite(values)).sum().item())  # the opt-in check: a host synchronisation
+        if bad:
+            raise NonFiniteUpdateError(
+                f"{self.name}: update vector on rank {self.rank} holds {bad} non-finite value(s) at step "
+                f"{reduction.step} (chunk {chunk.index}); it was not sent. Check the loss and gradients (gradient "
+                "clipping does not remove NaN).")
+
+    # --- a flat vector ------------------------------------------------------------------------------------------
     def _reduce(self, update: torch.Tensor, step: int) -> torch.Tensor:
         direction = self.workspace.get("direction", update.numel(), torch.float32, update.device)
-        self.run(VectorSource(update), VectorSink(direction), step, update.numel(), update.device)
+        reduction = self.begin(self.plan(update.numel()).layout.sizes, step, update.device, checked=True)
+
+        def stages(chunk: Chunk, slot: int):
+            wire = encode_from_vector(self, reduction, chunk, update, slot)
+            received = yield from self.exchange(reduction, chunk, wire, slot)
+            decoded = self.decode(reduction, chunk, received, direction_target(direction, chunk, reduction.scratch))
+            with self.timer.phase("quantize"):
+                write_chunk(direction, chunk, decoded)
+
+        run_pipeline(reduction.plan.chunks, stages, self.timer)
         return direction
-
-    def run(self, source, sink, step: int, numel: int, device: torch.device) -> None:
-        """Reduce the `numel` update values `source` gives, chunk by chunk, into `sink` (see the module doc)."""
-        self.launch(source, sink, step, numel, device, PIPELINE_DEPTH).finish()
-
-    def launch(self, source, sink, step: int, numel: int, device: torch.device, depth: int | None = None) -> Pipeline:
-        """Start the reduction and return it in flight (`depth` collectives outstanding at most; None: every
-        chunk's, one buffer slot per chunk); the caller finishes it (`finish_through(index)`, `finish()`)."""
-        plan = self.plan(numel)
-        device = torch.device(device)
-        self._check_device(device)
-        context = self._begin(plan, source, sink, int(step), device)
-        depth = len(plan.chunks) if depth is None else depth
-        pipeline = Pipeline(lambda chunk, slot: self._stages(chunk, slot, context), self.timer, depth)
-        return pipeline.launch(plan.chunks)
 
     def _check_device(self, device: torch.device) -> None:
         """Every buffer handed to a collective lives where the update does; the group must send from there
@@ -164,54 +189,18 @@ class ChunkedReducer(Reducer):
                              f"{wire}; put the model (parameters, gradients, momentum) on {wire}")
         self._devices_checked.add(device)
 
-    def _begin(self, plan: ChunkPlan, source, sink, step: int, device: torch.device) -> "RunContext":
-        return RunContext(self, plan, source, sink, step, device)
 
-    def _stages(self, chunk: Chunk, slot: int, context: "RunContext"):
-        raise NotImplementedError
-
-
-class RunContext:
-    """The state of one `run`: its plan, ends, step, scratch buffer and kernels."""
-
-    def __init__(self, reducer: ChunkedReducer, plan: ChunkPlan, source, sink, step: int, device: torch.device):
-        self.reducer, self.plan, self.source, self.sink = reducer, plan, source, sink
-        self.step, self.device = step, device
-        self.scratch = reducer.scratch(plan, device)
-        self._held = None  # the chunk whose values the scratch holds
-
-    def kernel(self, fn):
-        return self.reducer.kernel(fn, self.plan.numel)
-
-    def values(self, chunk: Chunk) -> torch.Tensor:
-        """The chunk's update values (computed once when asked twice in a row, e.g. for scales, then encoding)."""
-        if self._held is not None and self._held[0] is chunk:
-            return self._held[1]
-        with self.reducer.timer.phase(self.source.phase):
-            values = self.source.values(chunk, self.scratch)
-        if self.reducer.check_finite and not getattr(self.source, "checked", False):
-            self._check_finite(values, chunk)
-        self._held = (chunk, values)
-        return values
-
-    def encoded(self, chunk: Chunk) -> None:
-        self._held = None
-        with self.reducer.timer.phase(self.source.phase):
-            self.source.encoded(chunk)
-
-    def _check_finite(self, values: torch.Tensor, chunk: Chunk) -> None:
-        bad = int((~torch.isfinite(values)).sum().item())  # the opt-in check: a host synchronisation
-        if bad:
-            red = self.reducer
-            raise NonFiniteUpdateError(
-                f"{red.name}: update vector on rank {red.rank} holds {bad} non-finite value(s) at step {self.step} "
-                f"(chunk {chunk.index}); it was not sent. Check the loss and gradients (gradient clipping does not "
-                "remove NaN).")
-
-    def target(self, chunk: Chunk) -> torch.Tensor:
-        self._held = None
-        return self.sink.target(chunk, self.scratch)
-
-    def commit(self, chunk: Chunk, written: torch.Tensor) -> None:
-        with self.reducer.timer.phase(self.sink.phase):
-            self.sink.commit(chunk, written)
+def encode_from_vector(reducer: ChunkedReducer, reduction: Reduction, chunk: Chunk, update: torch.Tensor,
+                       slot: int) -> torch.Tensor:
+    """Encode the chunk of the flat vector `update`, first showing the reducer the chunks its scales need (the
+    copies of padded chunks are timed as `quantize`)."""
+    held = None
+    for ahead in reducer.statistics_wanted(reduction, chunk):
+        with reducer.timer.phase("quantize"):
+            values = vector_chunk(update, ahead, reduction.scratch)
+        reducer.observe(reduction, ahead, values)
+        held = ahead
+    if held is not chunk:
+        with reducer.timer.phase("quantize"):
+            values = vector_chunk(update, chunk, reduction.scratch)
+    return reducer.encode(reduction, chunk, values, slot)

@@ -38,10 +38,17 @@ def kernel(fn, compiled: bool):
     return _COMPILED[fn]
 
 
-# Each set of constants (field width, tie rule, levels, world size...) is its own compilation of a function; a
-# process that runs several reducers (benchmarks, statistics, tests) needs more than dynamo's default 8 per function,
-# beyond which `fullgraph=True` fails and the eager path would run instead.
 RECOMPILE_LIMIT = 64
+
+
+def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
+    """Let dynamo compile each kernel up to `limit` times in this process (its default is 8).
+
+    Each set of constants (field width, tie rule, levels, world size...) is its own compilation of a function; a
+    process that runs several reducer settings (a run with statistics, benchmarks, tests) needs more than 8, beyond
+    which `fullgraph=True` fails and the kernel runs eagerly (same result, slower). A process-wide setting: called
+    where a run, a benchmark or a test process starts (src/engine/run.py, src/bench, tests/conftest.py)."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
 
 
 class _Compiled:
@@ -51,7 +58,6 @@ class _Compiled:
     (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result."""
 
     def __init__(self, fn):
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
         self.dynamic = fn not in STATIC_SHAPES
 

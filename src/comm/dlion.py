@@ -127,7 +127,7 @@ class DistributedLionReducer(Reducer):
             return direction.sub_(1)
         return direction.sub_(self.world_size).div_(self.world_size)
 
-    def decode(self, down: torch.Tensor, numel: int) -> torch.Tensor:
+    def _decode_down(self, down: torch.Tensor, numel: int) -> torch.Tensor:
         values = unpack(down, self.down_bits, numel)
         return self.direction(values, numel, bits=self.vote == "majority")
 
@@ -175,7 +175,7 @@ class NaiveDistributedLion(DistributedLionReducer):
             with self.timer.phase("communicate"):
                 dist.recv(down, src=server, group=self.group)
         with self.timer.phase("quantize"):
-            return self.decode(down, numel)
+            return self._decode_down(down, numel)
 
     def wire_bytes(self, numel: int) -> int:
         return (self.world_size - 1) * self.down_bytes(numel) if self.rank == 0 else self.up_bytes(numel)
@@ -200,7 +200,7 @@ class TreeDistributedLion(DistributedLionReducer):
         with self.timer.phase("communicate"):
             dist.broadcast(down, src=server, group=self.group)
         with self.timer.phase("quantize"):
-            return self.decode(down, numel)
+            return self._decode_down(down, numel)
 
     def wire_bytes(self, numel: int) -> int:
         return (binomial_gather_bytes(self.up_bytes(numel), self.world_size, self.rank)

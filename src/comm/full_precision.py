@@ -4,7 +4,7 @@ Every rank contributes its raw update vector c_i (no quantization), one SUM allr
 the direction is sign(sum_i c_i), exact ties kept as 0. With momentum synchronised every step this is Lion on the
 averaged gradient (the sum of identical-momentum updates has the sign of the averaged update), which the tests use
 as the reference trajectory. Majority vote only: an "average" of raw values is not a Lion direction.
-The allreduce is pipelined in chunks like the low-bit reducers' (src/comm/chunked.py).
+Per chunk like the low-bit reducers (src/comm/chunked.py): `encode` casts, `exchange` allreduces, `decode` takes the sign.
 Deliberate difference from the paper: none (the paper's "Lion (32/16bit)" baselines allreduce *gradients*; that
 is `src.optim.grad_allreduce`, not this reducer).
 """
@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 from src.comm import codec
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer, RunContext
+from src.comm.base import Reduction
+from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
 from src.comm.pipeline import Chunk
 from src.comm.wire import ring_allreduce_bytes
 
@@ -39,17 +40,20 @@ class FullPrecisionReducer(ChunkedReducer):
     def _align(self) -> int:
         return 1
 
-    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
-        buffer = self.slot("buffer", slot, context.plan.chunk, self.dtype, context.device)[: chunk.length]
-        values = context.values(chunk)
+    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        buffer = self.slot("buffer", slot, reduction.plan.chunk, self.dtype, reduction.device)[: chunk.length]
         with self.timer.phase("quantize"):
-            context.kernel(codec.encode_cast)(buffer, values)
-        context.encoded(chunk)
-        yield dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        target = context.target(chunk)
+            reduction.kernel(codec.encode_cast)(buffer, values)
+        return buffer
+
+    def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
+        yield dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        return wire
+
+    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         with self.timer.phase("quantize"):
-            context.kernel(codec.decode_sign)(target, buffer)
-        context.commit(chunk, target)
+            reduction.kernel(codec.decode_sign)(out, received)
+        return out
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)

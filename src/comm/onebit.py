@@ -7,8 +7,9 @@
 4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
    every rank every part; unpacking yields the +-1 direction.
 
-The work is pipelined chunk by chunk (src/comm/chunked.py): each chunk goes through steps 1-4 on its own, with
-its all-to-all and allgather asynchronous, so encoding, voting and decoding overlap the wire. A chunk is a
+The work is a library of per-chunk operations (src/comm/chunked.py): `encode` is step 1, `exchange` steps 2-4 (the
+all-to-all and allgather asynchronous), `decode` unpacks; the caller's pipeline overlaps encoding, voting and
+decoding with the wire. A chunk is a
 multiple of `8 * world_size` elements, so that every rank's part is whole bytes; the vector is padded to such a
 multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
 result never holds a zero.
@@ -23,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from src.comm import codec
-from src.comm.base import check_choice, tie_value
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer, RunContext
+from src.comm.base import Reduction, check_choice, tie_value
+from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
 from src.comm.pipeline import Chunk
 from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
 
@@ -57,26 +58,32 @@ class OneBitReducer(ChunkedReducer):
     def padded_numel(self, numel: int) -> int:
         return self.plan(numel).padded_numel
 
-    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
-        plan, device, world = context.plan, context.device, self.world_size
+    # --- the per-chunk operations (src/comm/chunked.py) -----------------------------------------------------------
+    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        """Step 1: the chunk's votes packed to 1 bit."""
+        sent = self.slot("sent", slot, reduction.plan.chunk // 8, torch.uint8, reduction.device)[: chunk.length // 8]
+        with self.timer.phase("quantize"):
+            reduction.kernel(codec.encode_votes)(sent, values, tie_value(reduction.step, self.zeros) > 0, 1)
+        return sent
+
+    def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
+        """Steps 2-4: all-to-all of the parts, this rank's majority of its part, allgather of the majorities."""
+        plan, device, world = reduction.plan, reduction.device, self.world_size
         nbytes, part = chunk.length // 8, chunk.length // (8 * world)
-        sent = self.slot("sent", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
         received = self.slot("received", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
         mine = self.slot("mine", slot, plan.chunk // (8 * world), torch.uint8, device)[:part]
         gathered = self.slot("gathered", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
-        positive = tie_value(context.step, self.zeros) > 0
-        values = context.values(chunk)
+        yield dist.all_to_all_single(received, wire, group=self.group, async_op=True)
         with self.timer.phase("quantize"):
-            context.kernel(codec.encode_votes)(sent, values, positive, 1)
-        context.encoded(chunk)
-        yield dist.all_to_all_single(received, sent, group=self.group, async_op=True)
-        with self.timer.phase("quantize"):
-            context.kernel(codec.majority_1bit)(mine, received, world, positive)
+            reduction.kernel(codec.majority_1bit)(mine, received, world, tie_value(reduction.step, self.zeros) > 0)
         yield _all_gather_flat(gathered, mine, group=self.group, async_op=True)
-        target = context.target(chunk)
+        return gathered
+
+    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The +-1 direction of the gathered majorities, in `out`."""
         with self.timer.phase("quantize"):
-            context.kernel(codec.decode_signs_1bit)(target, gathered)
-        context.commit(chunk, target)
+            reduction.kernel(codec.decode_signs_1bit)(out, received)
+        return out
 
     def wire_bytes(self, numel: int) -> int:
         packed = self.padded_numel(numel) // 8

@@ -6,8 +6,8 @@ back; every rank then decodes the same sum. The encoding is the p-bit reducer's 
 - `ps_naive`: point-to-point sends to rank 0 and back (Table 1, "Parameter server (naive)").
 - `ps_tree`: `gather` + `broadcast` collectives (Table 1, "Parameter server (efficient)").
 
-The sums travel in pipelined chunks, as pbit's do (src/comm/chunked.py): point-to-point `isend`/`irecv` tagged by
-chunk, or asynchronous `gather` and `broadcast`.
+The sums travel in pipelined chunks, as pbit's do (src/comm/chunked.py): the same `encode` and `decode`, and an
+`exchange` of point-to-point `isend`/`irecv` tagged by chunk, or of asynchronous `gather` and `broadcast`.
 Deliberate difference from Distributed Lion: the server returns the exact sum (in `bits`-wide fields) rather than
 an already-voted binary vector, so majority vote and averaging share one wire format and exact ties stay 0.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from src.comm.chunked import RunContext
+from src.comm.base import Reduction
 from src.comm.packing import fields_per_word, packed_bytes, word_dtype
 from src.comm.pbit import PBitReducer
 from src.comm.pipeline import Chunk, Works
@@ -26,18 +26,11 @@ from src.comm.wire import binomial_broadcast_bytes, binomial_gather_bytes
 class _ParameterServer(PBitReducer):
     """The p-bit encoding, with the sum formed on a server instead of by an allreduce."""
 
-    def _parts(self, context: RunContext, slot: int, nwords: int) -> torch.Tensor:
+    def _parts(self, reduction: Reduction, slot: int, nwords: int) -> torch.Tensor:
         """The server's receive buffers of one slot: [world_size, nwords] words (row 0 unused by ps_naive)."""
-        per_rank = context.plan.chunk // fields_per_word(self.bits)
-        buf = self.slot("parts", slot, self.world_size * per_rank, word_dtype(self.bits), context.device)
+        per_rank = reduction.plan.chunk // fields_per_word(self.bits)
+        buf = self.slot("parts", slot, self.world_size * per_rank, word_dtype(self.bits), reduction.device)
         return buf.view(self.world_size, per_rank)[:, :nwords]
-
-    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
-        nwords = chunk.length // fields_per_word(self.bits)
-        words = self.words(context.plan, slot, context.device)[:nwords]
-        self.encode(chunk, context, words)
-        summed = yield from self._sum(chunk, slot, context, words)
-        self.decode(chunk, context, summed)
 
     def wire_bytes_of(self, numel: int) -> int:
         return packed_bytes(self.plan(numel).padded_numel, self.bits)
@@ -51,10 +44,11 @@ def _server_sum(parts: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 class NaiveParameterServer(_ParameterServer):
     name = "ps_naive"
 
-    def _sum(self, chunk: Chunk, slot: int, context: RunContext, words: torch.Tensor):
+    def exchange(self, reduction: Reduction, chunk: Chunk, words: torch.Tensor, slot: int):
+        """Point-to-point: every worker sends its words to the server and receives the sum back."""
         server, tag = self.global_rank(0), chunk.index
         if self.rank == 0:
-            parts = self._parts(context, slot, words.numel())
+            parts = self._parts(reduction, slot, words.numel())
             yield Works([dist.irecv(parts[r], src=self.global_rank(r), group=self.group, tag=tag)
                          for r in range(1, self.world_size)])
             parts[0].copy_(words)
@@ -62,8 +56,8 @@ class NaiveParameterServer(_ParameterServer):
             yield Works([dist.isend(words, dst=self.global_rank(r), group=self.group, tag=tag)
                          for r in range(1, self.world_size)])
             return words
-        per_rank = context.plan.chunk // fields_per_word(self.bits)
-        result = self.slot("result", slot, per_rank, word_dtype(self.bits), context.device)[: words.numel()]
+        per_rank = reduction.plan.chunk // fields_per_word(self.bits)
+        result = self.slot("result", slot, per_rank, word_dtype(self.bits), reduction.device)[: words.numel()]
         receive = dist.irecv(result, src=server, group=self.group, tag=tag)  # posted now, waited for second
         yield dist.isend(words, dst=server, group=self.group, tag=tag)
         yield receive
@@ -77,9 +71,10 @@ class NaiveParameterServer(_ParameterServer):
 class TreeParameterServer(_ParameterServer):
     name = "ps_tree"
 
-    def _sum(self, chunk: Chunk, slot: int, context: RunContext, words: torch.Tensor):
+    def exchange(self, reduction: Reduction, chunk: Chunk, words: torch.Tensor, slot: int):
+        """A gather of the words on the server, its sum broadcast back."""
         server = self.global_rank(0)
-        parts = self._parts(context, slot, words.numel()) if self.rank == 0 else None
+        parts = self._parts(reduction, slot, words.numel()) if self.rank == 0 else None
         yield dist.gather(words, gather_list=list(parts) if parts is not None else None, dst=server,
                           group=self.group, async_op=True)
         if self.rank == 0:

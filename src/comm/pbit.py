@@ -13,9 +13,10 @@ The datatype follows p and the world size (Section 6): a field must hold world_s
 widens its fields (4 -> 8 -> 16 bits; `field_width`) instead of refusing, so 8-bit L1 (L = 15) runs at 16 ranks
 in 16-bit fields. `self.bits` is the width actually sent; `wire_bytes` and the cost model follow it.
 
-The work is pipelined (src/comm/chunked.py): per chunk, one fused pass quantizes, shifts and packs (per-layer
-scales come from `src.quant.blocks`, computed ahead of the chunks that need them, with no loop over layers), the
-allreduce runs asynchronously, and one pass decodes the summed words. Stochastic rounding (`linf`) draws from a
+The work is a library of per-chunk operations (src/comm/chunked.py): `encode` quantizes, shifts and packs a chunk
+in one fused pass (per-layer scales come from `src.quant.blocks`, from the block statistics of the chunks
+`statistics_wanted` names, with no loop over layers), `exchange` runs the asynchronous allreduce, and `decode`
+turns the summed words into the direction in one pass. Stochastic rounding (`linf`) draws from a
 stream seeded from (seed, rank, step) at every step: nothing device-specific is saved, and a checkpoint taken on
 one device type resumes on another.
 
@@ -31,13 +32,14 @@ import torch
 import torch.distributed as dist
 
 from src.comm import codec
-from src.comm.base import VOTES, ZERO_RULES, check_choice, tie_value
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer, RunContext
+from src.comm.base import VOTES, ZERO_RULES, Reduction, check_choice, tie_value
+from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
 from src.comm.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_word, packed_bytes, word_dtype
 from src.comm.pipeline import Chunk, ChunkPlan
 from src.comm.wire import ring_allreduce_bytes
 from src.quant import check_method
 from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, segment_inverse
+from src.utils.adjustment import Adjustment
 
 
 def field_width(bits: int, per_rank: int, world_size: int) -> int | None:
@@ -102,39 +104,47 @@ class PBitReducer(ChunkedReducer):
     def words(self, plan: ChunkPlan, slot: int, device: torch.device) -> torch.Tensor:
         return self.slot("words", slot, plan.chunk // fields_per_word(self.bits), word_dtype(self.bits), device)
 
-    # --- encoding shared with the parameter servers -------------------------------------------------------------
-    def _begin(self, plan, source, sink, step, device):
-        context = super()._begin(plan, source, sink, step, device)
+    # --- the per-chunk operations (src/comm/chunked.py); the encoding is shared with the parameter servers --------
+    def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> Reduction:
+        """A reduction with this step's per-layer scales (scaled quantizers) and rounding stream (`linf`)."""
+        reduction = super().begin(sizes, step, device, checked)
         if self.scaled:
-            context.scales = _Scales(self, plan, device)
+            reduction.scales = _Scales(self, reduction.plan, reduction.device)
         if self.quant in ("linf", "linf_nozero"):
-            generator = self._generators.get(device)
+            generator = self._generators.get(reduction.device)
             if generator is None:
-                generator = self._generators[device] = torch.Generator(device=device)
-            context.generator = generator.manual_seed(stream_seed(self.seed, self.rank, step))
-        return context
+                generator = self._generators[reduction.device] = torch.Generator(device=reduction.device)
+            reduction.generator = generator.manual_seed(stream_seed(self.seed, self.rank, reduction.step))
+        return reduction
 
-    def encode(self, chunk: Chunk, context: RunContext, out: torch.Tensor) -> None:
-        """Quantize, shift and pack the chunk's update values into the words `out` (one fused pass)."""
-        if self.scaled:
-            context.scales.ensure(chunk, context)
-        values = context.values(chunk)
+    def statistics_wanted(self, reduction: Reduction, chunk: Chunk) -> Sequence[Chunk]:
+        """The chunks through the one that ends the last layer `chunk` holds, not observed yet (scaled only)."""
+        return reduction.scales.wanted(chunk) if self.scaled else ()
+
+    def observe(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor) -> None:
+        reduction.scales.observe(chunk, values)
+
+    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        """Quantize, shift and pack the chunk's values into the slot's words (one fused pass)."""
+        words = self.words(reduction.plan, slot, reduction.device)[: chunk.length // fields_per_word(self.bits)]
+        inverse = reduction.scales.for_chunk(chunk) if self.scaled else None
         with self.timer.phase("quantize"):
             if self.votes:
-                context.kernel(codec.encode_votes)(out, values, tie_value(context.step, self.zeros) > 0, self.bits)
+                reduction.kernel(codec.encode_votes)(words, values, tie_value(reduction.step, self.zeros) > 0,
+                                                     self.bits)
             elif not self.scaled:
-                context.kernel(codec.encode_signs)(out, values, self.bits)
+                reduction.kernel(codec.encode_signs)(words, values, self.bits)
             else:
-                inverse = context.scales.for_chunk(chunk)
-                noise = self._noise(chunk, context) if hasattr(context, "generator") else None
-                context.kernel(codec.encode_levels)(out, values, inverse, noise, self.quant, self.levels, self.bits)
-        context.encoded(chunk)
+                noise = self._noise(chunk, reduction) if hasattr(reduction, "generator") else None
+                reduction.kernel(codec.encode_levels)(words, values, inverse, noise, self.quant, self.levels,
+                                                      self.bits)
+        return words
 
-    def _noise(self, chunk: Chunk, context: RunContext) -> torch.Tensor:
+    def _noise(self, chunk: Chunk, reduction: Reduction) -> torch.Tensor:
         """Uniform noise for the chunk's valid elements, drawn in flat order (the stream of `quantize`'s draw)."""
-        noise = self.workspace.get("noise", context.plan.chunk, torch.float32, context.device)[: chunk.length]
-        drawn = self.workspace.get("drawn", context.plan.chunk, torch.float32, context.device)
-        valid = drawn[: sum(p.length for p in chunk.pieces)].uniform_(generator=context.generator)
+        noise = self.workspace.get("noise", reduction.plan.chunk, torch.float32, reduction.device)[: chunk.length]
+        drawn = self.workspace.get("drawn", reduction.plan.chunk, torch.float32, reduction.device)
+        valid = drawn[: sum(p.length for p in chunk.pieces)].uniform_(generator=reduction.generator)
         noise.zero_()
         if chunk.pieces:
             starts = [0]
@@ -144,23 +154,20 @@ class PBitReducer(ChunkedReducer):
                                  [valid[s: s + p.length] for s, p in zip(starts, chunk.pieces)])
         return noise
 
-    def decode(self, chunk: Chunk, context: RunContext, summed: torch.Tensor) -> None:
-        """From the chunk's field-wise sums to its direction, handed to the sink."""
-        target = context.target(chunk)
+    def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
+        """One SUM allreduce of the words, in place: field-wise sums."""
+        yield dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        return wire
+
+    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """From the chunk's field-wise sums to its direction, in `out`."""
         world = self.world_size
         offset = world / 2 if self.votes else float(world * self.levels)
         divisor = float(world * (1 if self.votes else self.levels))
         with self.timer.phase("quantize"):
-            context.kernel(codec.decode_sums)(target, summed, self.bits, offset, self.votes, self.vote == "majority",
-                                              divisor)
-        context.commit(chunk, target)
-
-    # --- the collective -----------------------------------------------------------------------------------------
-    def _stages(self, chunk: Chunk, slot: int, context: RunContext):
-        words = self.words(context.plan, slot, context.device)[: chunk.length // fields_per_word(self.bits)]
-        self.encode(chunk, context, words)
-        yield dist.all_reduce(words, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        self.decode(chunk, context, words)
+            reduction.kernel(codec.decode_sums)(out, received, self.bits, offset, self.votes,
+                                                self.vote == "majority", divisor)
+        return out
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(packed_bytes(self.plan(numel).padded_numel, self.bits), self.world_size)
@@ -169,7 +176,7 @@ class PBitReducer(ChunkedReducer):
         """Per plan and device (cached): the segment of every block (tail padding -> an extra segment whose scale
         stays 0), blocks per segment, segment sizes, and per chunk (the last chunk whose block statistics it
         needs, how many segments' scales)."""
-        key = (plan.numel, device)
+        key = (id(plan), device)  # plans are cached for the reducer's life
         if key not in self._tables:
             layout = plan.layout
             segment_of_block, blocks_per_segment, sizes = layout.tensors(device)
@@ -192,8 +199,17 @@ class PBitReducer(ChunkedReducer):
         return {"seed": self.seed}
 
     def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore: the stochastic-rounding stream is a function of (seed, rank, step). A state from an
-        older version (a saved generator state) is accepted and ignored."""
+        """Nothing to restore: the stochastic-rounding stream is a function of (seed, rank, step). A state that holds
+        a saved generator state is accepted and ignored."""
+
+    def adjustments(self) -> list[Adjustment]:
+        """The field width, where it was widened so that the world's sums fit."""
+        if self.bits == self.requested_bits:
+            return []
+        what = "votes" if self.votes else f"levels shifted to [0, {2 * self.levels}]"
+        return [Adjustment("variant.reducer.bits", self.requested_bits, self.bits,
+                           f"{self.name}: the sums of {self.world_size} ranks' {what} overflow "
+                           f"{self.requested_bits}-bit fields")]
 
     def __repr__(self) -> str:
         widened = "" if self.bits == self.requested_bits else f" (widened from {self.requested_bits} for " \
@@ -203,7 +219,7 @@ class PBitReducer(ChunkedReducer):
 
 
 class _Scales:
-    """Per-segment inverse scales of one run, computed ahead of the first chunk that needs each segment."""
+    """Per-segment inverse scales of one reduction, computed ahead of the first chunk that needs each segment."""
 
     def __init__(self, reducer: PBitReducer, plan: ChunkPlan, device: torch.device):
         self.reducer, self.plan = reducer, plan
@@ -215,17 +231,22 @@ class _Scales:
         self.buffer = reducer.workspace.get("magnitude", min(STATS_SLICE, plan.chunk), torch.float32, device)
         self.stats_done = self.segments_done = 0
 
-    def ensure(self, chunk: Chunk, context: RunContext) -> None:
-        """Block statistics through the chunk that ends the last segment `chunk` holds, then those scales."""
-        through, segments = self.needs[chunk.index]
-        while self.stats_done <= through:
-            ahead = self.plan.chunks[self.stats_done]
-            values = context.values(ahead)
-            with self.reducer.timer.phase("quantize"):
-                first = ahead.start // BLOCK
-                block_stats(values.view(-1, BLOCK), self.reducer.quant,
-                            out=self.stats[first: first + ahead.length // BLOCK], buffer=self.buffer)
-            self.stats_done += 1
+    def wanted(self, chunk: Chunk) -> list[Chunk]:
+        """The chunks whose block statistics `chunk`'s layers need and that were not observed yet, in order."""
+        through, _ = self.needs[chunk.index]
+        return self.plan.chunks[self.stats_done: through + 1]
+
+    def observe(self, chunk: Chunk, values: torch.Tensor) -> None:
+        """The block statistics of the next chunk in order."""
+        assert chunk.index == self.stats_done, "chunks are observed in order"
+        with self.reducer.timer.phase("quantize"):
+            first = chunk.start // BLOCK
+            block_stats(values.view(-1, BLOCK), self.reducer.quant,
+                        out=self.stats[first: first + chunk.length // BLOCK], buffer=self.buffer)
+        self.stats_done += 1
+
+    def _inverses_through(self, segments: int) -> None:
+        """The inverse scales of the first `segments` layers (their blocks' statistics are all observed)."""
         if segments > self.segments_done:
             with self.reducer.timer.phase("quantize"):
                 lo, hi = self.segments_done, segments
@@ -239,6 +260,8 @@ class _Scales:
         return layout.padded_starts[segment] // BLOCK + layout.blocks[segment]
 
     def for_chunk(self, chunk: Chunk) -> torch.Tensor:
-        """The inverse scale of every block of the chunk."""
+        """The inverse scale of every block of the chunk (every block it needs was observed: `wanted`)."""
+        self._inverses_through(self.needs[chunk.index][1])
         first = chunk.start // BLOCK
-        return self.inverse[self.segment_of_block[first: first + chunk.length // BLOCK]]
+        with self.reducer.timer.phase("quantize"):
+            return self.inverse[self.segment_of_block[first: first + chunk.length // BLOCK]]

@@ -1,19 +1,20 @@
-"""Chunked, pipelined reductions: encoding and decoding hidden behind the wire (Lion Cub, Section 6).
+"""Chunk plans and the pipeline that keeps chunks' collectives in flight (Lion Cub, Section 6).
 
-A reducer cuts its flat vector into chunks (`ChunkPlan`) and runs each chunk as a generator of stages: encode and
+A caller cuts its flat vector into chunks (`ChunkPlan`) and runs each chunk as a generator of stages: compute and
 launch an asynchronous collective (`async_op=True`), yield its work handle; after the collective, maybe a second
-one (the 1-bit all-to-all is followed by an allgather); then decode. `run_pipeline` keeps at most `depth`
+one (the 1-bit all-to-all is followed by an allgather); then finish the chunk. `Pipeline` keeps at most `depth`
 collectives outstanding and waits for the oldest first, so with depth 2 encoding chunk k+1 and decoding chunk k-1
 overlap the wire time of chunk k; each chunk in flight owns one of `depth` buffer slots. The order of the
 collectives is the same on every rank (it depends only on the plan), as torch.distributed requires. Time spent
-waiting for a collective is the `communicate` phase; encoding and decoding are `quantize`.
+waiting for a collective is the `communicate` phase of the pipeline's timer.
 
 Layout: segments (the parameter tensors) sit in a padded vector (`src.quant.blocks.BlockLayout`; block 1 means no
 padding), whose length is rounded up to `align` (whole words, whole blocks per field plane, or whole bytes per rank
 for the 1-bit all-to-all). A `Chunk` is a range of that padded vector with the `pieces` of segments it holds; a
-chunk without padding is `plain`: a view of the caller's flat vector does, no copy.
-The overlapped step (src/optim/overlap.py) keeps every chunk's generator alive across the step boundary (`Pipeline`
-with one slot per chunk) and finishes them chunk by chunk as the next forward pass reaches their parameters.
+chunk without padding is `plain`: a view of the caller's unpadded vector does, no copy.
+Callers: `LionCub.step` (src/optim/lion_cub.py, one generator per chunk of Algorithm 1; with overlap, one slot per
+chunk and the pipeline kept alive into the next forward pass, src/optim/overlap.py), a reducer's `reduce` on a
+flat vector (src/comm/chunked.py) and the momentum synchronisation (src/optim/momentum_sync.py).
 """
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ PIPELINE_DEPTH = 2
 
 @dataclass(frozen=True)
 class Piece:
-    """`length` valid elements of `segment`, from `offset` in the segment, at `at` in the chunk; `flat` is where
-    they start in the unpadded flat vector."""
+    """`length` valid elements of `segment`, from `offset` in the segment, at `at` in the chunk; `unpadded` is where
+    they start in the unpadded vector (the segments end to end)."""
     segment: int
     offset: int
     length: int
     at: int
-    flat: int
+    unpadded: int
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,9 @@ class Chunk:
     gaps: tuple[tuple[int, int], ...] = ()  # the padding: (start, end) in the chunk of what no piece covers
 
     @property
-    def flat(self) -> int:
+    def unpadded_start(self) -> int:
         """Where a plain chunk starts in the unpadded vector."""
-        return self.pieces[0].flat
+        return self.pieces[0].unpadded
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -71,11 +72,11 @@ class ChunkPlan:
         starts = self.layout.starts
         pieces = tuple(Piece(s, offset, n, at, starts[s] + offset)
                        for s, offset, n, at in self.layout.pieces(start, start + length))
-        at, flat = 0, pieces[0].flat if pieces else 0
+        at, unpadded = 0, pieces[0].unpadded if pieces else 0
         for piece in pieces:
-            if piece.at != at or piece.flat != flat:
+            if piece.at != at or piece.unpadded != unpadded:
                 break
-            at, flat = at + piece.length, flat + piece.length
+            at, unpadded = at + piece.length, unpadded + piece.length
         ends = [0] + [p.at + p.length for p in pieces]
         starts = [p.at for p in pieces] + [length]
         gaps = tuple((a, b) for a, b in zip(ends, starts) if b > a)
@@ -91,6 +92,13 @@ class Works:
     def wait(self) -> bool:
         for work in self.works:
             work.wait()
+        return True
+
+
+class Done:
+    """The work handle of a collective that already ran (a reducer that reduces the whole vector in one call)."""
+
+    def wait(self) -> bool:
         return True
 
 

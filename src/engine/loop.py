@@ -12,7 +12,7 @@ the evaluation before training is a row at step 0.
 Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
 
-Reliability (`src.reliability.hooks.StepHooks`, issue: Reliability): faults may be injected at the start of a step
+Reliability (`src.reliability.hooks.StepHooks`, docs/reliability.md): faults may be injected at the start of a step
 and after backward; after clipping, every rank votes on whether the loss and gradients are finite (before the
 optimizer quantizes or communicates), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or
 stops the run; after the row is logged, the replica guard and checkpoints run. A resumed run starts from the
@@ -47,7 +47,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from src.dist.setup import DistContext
+from src.dist.process_group import DistContext
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, PendingRows
 from src.engine.tasks.base import Task
@@ -101,7 +101,7 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
             stats.before_step()
             optimizer.step()
             stats.after_step()
-            if hasattr(optimizer, "settle") and settle():
+            if settle():
                 optimizer.settle()
         optimizer.zero_grad(set_to_none=True)
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}

@@ -2,21 +2,24 @@
 
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
 Section 7 setups): the typed schema of the whole config (src.engine.schema: types, ranges, unknown keys), the
-launch and device (src.dist.setup), the model/data pairing and the model on the meta device, the variant at this
+launch and device (src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
 world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
 reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
 (src.reliability.resume).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
-`summary.json` and the timing table. With `reducer: auto` rank 0 prints the reducer chosen and the predicted times
-(src.comm.auto), and summary.json keeps them under `reducer_auto`.
+`summary.json` and the timing table. Every value the optimizer uses in place of the configured one (a field width
+widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) is
+printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why);
+`config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times
+under `reducer_auto` (src.comm.auto).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
 checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
 training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals).
 
-A process group is started whenever the variant communicates, even for one process (see src.dist.setup).
+A process group is started whenever the variant communicates, even for one process (see src.dist.process_group).
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.dist.setup import (
+from src.comm.codec import allow_recompiles
+from src.dist.process_group import (
     DistContext,
     broadcast_object,
     describe,
@@ -268,8 +272,9 @@ def _already_finished(plan: Plan) -> dict | None:
     return None
 
 
-def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> dict:
-    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal."""
+def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0) -> dict:
+    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal.
+    `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
     ctx, task = plan.ctx, plan.task
     done = _already_finished(plan)
     if done is not None:
@@ -277,7 +282,8 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
             print(f"lioncub: {plan.resume.run_dir} has finished all {plan.steps} steps; nothing to resume", flush=True)
         return done
     needs_group = ctx.world_size > 1 or cfg.variant.optimizer != "lion"
-    network_env = init_process_group(ctx, cfg.network) if needs_group else {}
+    network_env = init_process_group(ctx, cfg.network, run_index) if needs_group else {}
+    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codec.py)
     try:
         torch.manual_seed(int(cfg.seed))
         model = task.build_model(ctx.device).to(ctx.device)
@@ -288,9 +294,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
         network = broadcast_object(network_costs(cfg.network)) if is_auto(cfg.variant) else None
         optimizer = build_optimizer(model, cfg.variant, lr=float(o.lr), betas=(float(o.beta1), float(o.beta2)),
                                     weight_decay=float(o.weight_decay), network=network)
-        choice = getattr(optimizer, "reducer_choice", None)
-        if choice is not None and ctx.is_main:
-            print(choice.log_line(), flush=True)
+        if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+            for adjustment in optimizer.adjustments():
+                print(adjustment.line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, cfg.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
@@ -313,8 +319,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None) -> 
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
                    "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
-        if choice is not None:
-            summary["reducer_auto"] = choice.record()
+        summary["config_adjusted"] = {a.key: a.record() for a in optimizer.adjustments()}
+        if optimizer.reducer_choice is not None:
+            summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)

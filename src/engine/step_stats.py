@@ -9,7 +9,7 @@ rows back, complete and in step order, without a synchronisation of its own; on 
 Peak memory (Fig. A.1), as `mem/*` keys of every row: on CUDA, `mem/peak_allocated_bytes`
 (`torch.cuda.max_memory_allocated`: tensors alive at the peak) and `mem/peak_reserved_bytes`
 (`torch.cuda.max_memory_reserved`: what the caching allocator held, so fragmentation and cached free blocks
-count); `mem/peak_bytes` repeats the allocated peak, as before. On CPU, `mem/peak_bytes` is the largest resident set
+count); `mem/peak_bytes` repeats the allocated peak. On CPU, `mem/peak_bytes` is the largest resident set
 size seen so far (psutil). Both are peaks since the start of the process. What still escapes them on CUDA: NCCL's
 own buffers (allocated by NCCL outside PyTorch's allocator; they grow with NCCL_BUFFSIZE, the number of channels
 and of peers), the CUDA context, and library workspaces created outside the caching allocator; `nvidia-smi` shows

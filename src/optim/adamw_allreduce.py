@@ -16,11 +16,12 @@ from typing import Iterable
 import torch
 
 from src.optim.grad_allreduce import FlatGradientAllreduce, trainable
+from src.optim.interface import LoopOptimizer
 from src.optim.lion import evaluate_closure
 from src.utils.timing import PhaseTimer
 
 
-class AdamW(torch.optim.AdamW):
+class AdamW(LoopOptimizer, torch.optim.AdamW):
     """`torch.optim.AdamW` whose `step()` is timed as `update` in `self.timer`."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),

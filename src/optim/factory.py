@@ -9,7 +9,8 @@ src/optim/overlap.py; default false). Learning rate, betas and weight decay come
 `reducer: {name: auto, ...}` (conf/variant/cub_auto.yaml) is resolved here, at build time, into the concrete
 Lion Cub reducer and field width that Table 1's model predicts to be fastest for the world size, the trainable
 parameter count and the network's alpha and beta (src.comm.auto, src.comm.network_fit); the caller passes the
-network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice`.
+network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice` and
+lists it in `adjustments()` (src/optim/interface.py).
 
 Weight decay goes to parameters with 2 or more dimensions only (matrices and embeddings), as in nanoGPT, on which
 the paper's GPT setup builds (Section 7, Appendix D); norms and biases are not decayed. This split is ours: the
@@ -24,14 +25,13 @@ import torch.distributed as dist
 
 from src.comm import make_reducer
 from src.comm.auto import AutoChoice, choose_reducer
-from src.comm.chunked import ChunkedReducer
 from src.comm.network_fit import NetworkCosts, network_costs
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import COMM_DTYPES, GradAllreduceLion, trainable
+from src.optim.interface import LoopOptimizer
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases
-from src.optim.overlap import ForwardOverlap
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
 _KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync", "overlap"},
@@ -108,7 +108,7 @@ def validate_variant(variant: Mapping, world_size: int, model: torch.nn.Module |
     if "name" not in options:
         raise ValueError(f"variant {variant.get('name')!r}: lion_cub needs reducer.name")
     reducer = make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
-    if variant.get("overlap", False) and not isinstance(reducer, ChunkedReducer):
+    if variant.get("overlap", False) and not reducer.pipelined:
         raise ValueError(f"variant {variant.get('name')!r}: overlap=true needs a pipelined reducer (pbit, onebit); "
                          f"reducer {reducer.name!r} reduces the whole vector in one call")
     sync = MomentumSync.from_config(variant.get("momentum_sync"))
@@ -128,9 +128,9 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, betas: tuple[float, float],
                     weight_decay: float, group=None,
-                    network: Mapping | NetworkCosts | None = None) -> torch.optim.Optimizer:
-    """The optimizer of `variant` over `model`'s trainable parameters; every one has a `.timer`. With
-    `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.auto.AutoChoice)."""
+                    network: Mapping | NetworkCosts | None = None) -> LoopOptimizer:
+    """The optimizer of `variant` over `model`'s trainable parameters: a `LoopOptimizer` (src/optim/interface.py).
+    With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.auto.AutoChoice)."""
     variant = _plain(variant)
     kind = _check_keys(variant)
     groups = parameter_groups(model, weight_decay)
@@ -148,7 +148,6 @@ def build_optimizer(model: torch.nn.Module, variant: Mapping, *, lr: float, beta
     overlap = bool(variant.get("overlap", False))
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant["reducer"]),
                         momentum_sync=variant.get("momentum_sync"), group=group, overlap=overlap,
-                        layout_order=list(model.parameters()))
-    optimizer.reducer_choice = choice
-    optimizer.forward_overlap = ForwardOverlap(optimizer, model) if overlap else None
+                        layout_order=list(model.parameters()), reducer_choice=choice)
+    optimizer.hook_forward(model)
     return optimizer

@@ -8,9 +8,10 @@ Per tensor, with learning rate `lr`, decoupled weight decay `weight_decay` and `
     m <- beta2 * m + (1 - beta2) * g
 
 The functional core `lion_update_` works on lists of tensors with `torch._foreach_*` (one kernel per op for the
-whole list on CUDA). `GradAllreduceLion` steps with this core on the averaged gradient; `LionCub` computes the
-same update vector with the same ops into one flat buffer and reuses `apply_direction_` and `lion_momentum_`, so all
-optimizers apply literally the same per-tensor math.
+whole list on CUDA). `GradAllreduceLion` steps with this core on the averaged gradient; `LionCub` computes its
+chunks' update vectors with the same `update_vector` and reuses `apply_direction_` and `lion_momentum_`, so all
+optimizers apply literally the same per-tensor math (the statistics hook, src/stats/hook.py, computes c with it
+too).
 
 Deliberate differences from the paper: none in the update. The Lion Cub paper writes the momentum with a minus sign
 (`m <- beta2 m - (1 - beta2) g`, `theta <- theta + eta sign(...)`); that is the same rule with m negated.
@@ -22,6 +23,7 @@ from typing import Iterable
 import torch
 from torch.optim import Optimizer
 
+from src.optim.interface import LoopOptimizer
 from src.utils.timing import PhaseTimer
 
 
@@ -35,11 +37,17 @@ def check_hyperparameters(lr: float, betas: tuple[float, float], weight_decay: f
         raise ValueError(f"Lion: weight_decay must be >= 0, got weight_decay={weight_decay!r}")
 
 
-def lion_update_vector_(exp_avgs: list[torch.Tensor], grads: list[torch.Tensor], beta1: float) -> list[torch.Tensor]:
-    """Return c = beta1 * m + (1 - beta1) * g for every tensor (new tensors; m is not modified)."""
-    updates = torch._foreach_mul(exp_avgs, beta1)
-    torch._foreach_add_(updates, grads, alpha=1.0 - beta1)
-    return updates
+def update_vector(exp_avgs: list[torch.Tensor], grads: list[torch.Tensor], beta1: float,
+                  out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """c = beta1 * m + (1 - beta1) * g for every tensor (m is not modified): into `out` when given, else into new
+    tensors; returns c. The one place the update vector is computed (Lion, LionCub's chunks, the statistics)."""
+    if out is None:
+        out = torch._foreach_mul(exp_avgs, beta1)
+    else:
+        torch._foreach_copy_(out, exp_avgs)
+        torch._foreach_mul_(out, beta1)
+    torch._foreach_add_(out, grads, alpha=1.0 - beta1)
+    return out
 
 
 def lion_momentum_(exp_avgs: list[torch.Tensor], grads: list[torch.Tensor], beta2: float) -> None:
@@ -69,13 +77,13 @@ def lion_update_(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs
     """One Lion step on lists of tensors (the functional core)."""
     if not params:
         return
-    updates = lion_update_vector_(exp_avgs, grads, beta1)
+    updates = update_vector(exp_avgs, grads, beta1)
     torch._foreach_sign_(updates)
     apply_direction_(params, updates, lr, weight_decay)
     lion_momentum_(exp_avgs, grads, beta2)
 
 
-class Lion(Optimizer):
+class Lion(LoopOptimizer, Optimizer):
     """Lion optimizer: `Lion(params, lr, betas=(0.9, 0.99), weight_decay=0.0)`.
 
     Honours per-group `lr`, `betas` and `weight_decay` (so LR schedulers work) and round-trips `state_dict`.

@@ -1,66 +1,100 @@
 """LionCub: distributed Lion with compressed update communication (Lion Cub, Algorithm 1 and Sections 3 to 6).
 
-Per step, on every rank i:
-  1. c_i = beta1 * m_i + (1 - beta1) * g_i for every parameter, as one flat vector (one reduction per step, as the
-     paper does);
-  2. direction = the reducer's aggregate: sign(sum_i Q(c_i)) for majority vote, or the average
-     sum_i Q(c_i) / (world_size * levels), identical on every rank;
-  3. p <- p * (1 - lr * weight_decay) - lr * direction (weight decay applied locally; per-group lr/decay);
-  4. m_i <- beta2 * m_i + (1 - beta2) * g_i (local momentum, never communicated...)
-  5. ...except for the momentum synchronization of Section 5: every `every` steps, the momenta of the chosen
-     layer class are averaged across ranks (src/optim/momentum_sync.py).
-With the built-in reducers (src/comm/chunked.py) steps 1-4 run chunk by chunk inside the pipelined reduction:
-c is computed into one chunk-sized scratch just before the chunk is encoded, the momentum of that chunk steps
-right after, and each chunk's direction is applied to its parameters as soon as it is decoded. No flat update
-vector or direction ever exists, so the step keeps only the reducer's chunk buffers beyond parameters, gradients
-and momentum. A reducer that offers only `reduce(update, step)` gets the flat update vector and returns the flat
-direction, as before. The step makes no host synchronisation (the step count is a Python int; the reducers do not
-check for NaN: the training loop's vote does, see src/comm/base.py for what a direct user gets).
+Per step, on every rank i, Algorithm 1 runs chunk by chunk over one layout of every trainable parameter (one
+reduction per step, as the paper does), in `LionCub._chunk_step`:
+  1. c_i = beta1 * m_i + (1 - beta1) * g_i of the chunk, computed into one chunk-sized scratch;
+  2. Q(c_i) packed into wire words (`reducer.encode`; per-layer scales first see the chunks they need);
+  3. m_i <- beta2 * m_i + (1 - beta2) * g_i for the chunk (local momentum, never communicated...);
+  4. the collective(s) (`reducer.exchange`), then the direction (`reducer.decode`): sign(sum_i Q(c_i)) for majority
+     vote, or the average sum_i Q(c_i) / (world_size * levels), identical on every rank;
+  5. p <- p * (1 - lr * weight_decay) - lr * direction (weight decay applied locally; per-group lr/decay);
+  6. ...and the momentum synchronization of Section 5: every `every` steps, the momenta of the chosen layer class
+     are averaged across ranks (src/optim/momentum_sync.py).
+The reducer is a library of per-chunk operations (src/comm/chunked.py); the loop lives here and hands one generator
+per chunk to `src.comm.pipeline.Pipeline`, which keeps two chunks' collectives in flight. No flat update vector or
+direction ever exists, so the step keeps only the reducer's chunk buffers beyond parameters, gradients and
+momentum. A reducer that reduces the whole vector in one call (the neighbours' `dlion_*`, `compressed_allreduce`,
+`bitdp`) takes the same path as one chunk (src/comm/base.py). The step makes no host synchronisation (the step
+count is a Python int; the reducers do not check for NaN: the training loop's vote does, see src/comm/base.py for
+what a direct user gets).
 
-With `overlap=True` (src/optim/overlap.py) `step()` only launches the reduction: every chunk is encoded and its
-momentum stepped, and the directions are applied during the next forward pass (`ForwardOverlap` hooks) or by
-`settle()`; the result is bitwise that of the synchronous step. `layout_order` orders the parameters in the
-communicated vector (the factory passes the model's registration order, for both paths: the overlapped step needs
-the first chunks to hold the first modules' parameters).
+With `overlap=True` (src/optim/overlap.py) `step()` only launches the chunks: every chunk is encoded, its momentum
+stepped and its collective started, with one buffer slot per chunk; the directions are applied during the next
+forward pass (`finish_through`, from the hooks `hook_forward` installs) or by `settle()`; the result is bitwise that
+of the synchronous step. `layout_order` orders the parameters in the layout (the factory passes the model's
+registration order: the overlapped step needs the first chunks to hold the first modules' parameters).
 
-Steps count from 1 (the tie rule alternates on step parity). Phases are timed into `self.timer`: `update`
-(steps 1, 3, 4), `quantize` and `communicate` (inside the reducer), and momentum sync under `communicate`.
+Steps count from 1 (the tie rule alternates on step parity). The optimizer and its reducer share one timer (the
+reducer's; a reducer built here gets one on the parameters' device): `update` (steps 1, 3, 5), `quantize` (2 and
+4's encoding and decoding), `communicate` (waiting for the wire, and momentum sync).
 Documented behaviour: a trainable parameter whose `.grad` is None takes a zero gradient (so every rank keeps the
-same flat layout and stays in lockstep); frozen parameters (`requires_grad=False`) are left out entirely.
+same layout and stays in lockstep); frozen parameters (`requires_grad=False`) are left out entirely; parameters
+must be contiguous (the layout slices them as flat views).
 Deliberate difference from the paper: none in the update; Algorithm 1's weight decay is the decoupled form of Lion.
 """
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import torch
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
-from src.comm.chunked import ChunkedReducer, zero_gaps
-from src.comm.pipeline import Chunk
+from src.comm.base import Reduction
+from src.comm.chunked import zero_gaps
+from src.comm.pipeline import PIPELINE_DEPTH, Chunk, Piece, Pipeline
 from src.comm.workspace import Workspace
-from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_
+from src.optim.interface import LoopOptimizer
+from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_, update_vector
 from src.optim.momentum_sync import MomentumSync, allreduce_mean_
+from src.optim.overlap import OVERLAPPED, ForwardOverlap
+from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
-OVERLAPPED = "overlapped"  # the phase of an overlapped step's work done inside the next forward pass
+
+@dataclass
+class _StepTensors:
+    """This step's parameters, gradients and momenta as flat views, in the layout order (segment k = parameter k)."""
+    params: list[torch.Tensor]
+    grads: list[torch.Tensor] | None
+    momenta: list[torch.Tensor] | None
+
+    def release_gradients(self) -> None:
+        """Every chunk is encoded and its momentum stepped: keep only the parameters (the updates need them)."""
+        self.grads = self.momenta = None
 
 
-class LionCub(Optimizer):
+@dataclass(frozen=True)
+class _Hyper:
+    """One param group's hyperparameters at the step that launched a chunk (an overlapped step applies its
+    directions after the loop set the next step's lr)."""
+    lr: float
+    weight_decay: float
+    beta1: float
+    beta2: float
+
+
+def _slices(tensors: list[torch.Tensor], pieces: Sequence[Piece]) -> list[torch.Tensor]:
+    """The pieces' elements of their segments' flat tensors."""
+    return [tensors[p.segment][p.offset: p.offset + p.length] for p in pieces]
+
+
+class LionCub(LoopOptimizer, Optimizer):
     """`LionCub(params, lr, betas, weight_decay, reducer=..., momentum_sync=..., group=None)`.
 
     `reducer` is a reducer name (`"pbit"`), a mapping `{"name": ..., **options}` or a built `Reducer`; names and
     mappings get per-parameter `segments` (per-layer quantization scales). `momentum_sync` is a mapping
     `{"every": k, "layers": cls}`, a `MomentumSync`, or None. `params` may be named (`model.named_parameters()`);
-    names are needed for momentum sync of a layer class other than `all`.
+    names are needed for momentum sync of a layer class other than `all`. `reducer_choice` records the choice of
+    `reducer: auto` (src.comm.auto.AutoChoice) for the run's record.
     """
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0, reducer: str | Mapping | Reducer = "pbit",
                  momentum_sync: MomentumSync | Mapping | None = None, group=None, overlap: bool = False,
-                 layout_order: Sequence[torch.Tensor] | None = None):
+                 layout_order: Sequence[torch.Tensor] | None = None, reducer_choice=None):
         check_hyperparameters(lr, betas, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
         self.group = group
@@ -68,36 +102,40 @@ class LionCub(Optimizer):
                    for p, n in zip(g["params"], g.get("param_names", [None] * len(g["params"]))) if p.requires_grad]
         if not members:
             raise ValueError("LionCub: no trainable parameter (every parameter has requires_grad=False)")
-        if layout_order is not None:  # the communicated vector in this order (the overlapped step needs forward order)
+        if layout_order is not None:  # the layout in this order (the overlapped step needs forward order)
             position = {id(p): k for k, p in enumerate(layout_order)}
             members.sort(key=lambda m: position.get(id(m[0]), len(position)))
         self._params = [p for p, _, _ in members]
+        strided = [n or f"#{k}" for k, (p, _, n) in enumerate(members) if not p.is_contiguous()]
+        if strided:
+            raise ValueError(f"LionCub: parameter(s) {', '.join(strided[:3])} are not contiguous; the layout slices "
+                             "parameters as flat views (call .contiguous() on them before building the optimizer)")
         self._group_of = [i for _, i, _ in members]
         self._sizes = [p.numel() for p in self._params]
-        self.timer = PhaseTimer(device=self._params[0].device)
         self._workspace = Workspace()
-        self.reducer = self._build_reducer(reducer)
+        self.reducer = self._build_reducer(reducer, PhaseTimer(device=self._params[0].device))
+        self.timer = self.reducer.timer  # one timer for the step and its reducer (never replaced on the reducer)
         self.world_size = self.reducer.world_size
+        self.reducer_choice = reducer_choice
         self.momentum_sync = MomentumSync.from_config(momentum_sync)
         self._sync_mask = self.momentum_sync.select([n for _, _, n in members])
-        self._chunked = isinstance(self.reducer, ChunkedReducer) and all(p.is_contiguous() for p in self._params)
-        if overlap and not self._chunked:
-            raise ValueError(f"LionCub: overlap=true needs a pipelined reducer (pbit, onebit) and contiguous "
-                             f"parameters; {type(self.reducer).__name__} reduces the flat vector in one call")
+        if overlap and not self.reducer.pipelined:
+            raise ValueError(f"LionCub: overlap=true needs a pipelined reducer (pbit, onebit); "
+                             f"{type(self.reducer).__name__} reduces the flat vector in one call")
         self.overlap = bool(overlap)
-        self._inflight = None  # the overlapped step's reduction, still in flight (src/optim/overlap.py)
+        self.forward_overlap: ForwardOverlap | None = None
+        self._inflight: Pipeline | None = None  # the overlapped step's chunks, still in flight
         self._steps = 0
-        self._chunk_groups: dict[int, list] = {}
+        self._pieces_by_group: dict[int, list] = {}  # id(plan) -> per chunk, [(param group, pieces)]
 
-    def _build_reducer(self, reducer: str | Mapping | Reducer) -> Reducer:
+    def _build_reducer(self, reducer: str | Mapping | Reducer, timer: PhaseTimer) -> Reducer:
         if isinstance(reducer, Reducer):
-            reducer.timer = self.timer
             return reducer
         options = {"name": reducer} if isinstance(reducer, str) else dict(reducer)
         if "name" not in options:
             raise ValueError(f"LionCub: a reducer mapping needs a 'name', got {sorted(options)}")
         name = options.pop("name")
-        return make_reducer(name, self.group, segments=self._sizes, timer=self.timer, **options)
+        return make_reducer(name, self.group, segments=self._sizes, timer=timer, **options)
 
     # --- state ------------------------------------------------------------------------------------------------
     def _state(self, p: torch.Tensor) -> dict:
@@ -107,22 +145,16 @@ class LionCub(Optimizer):
             state["step"] = torch.tensor(0.0)
         return state
 
-    def _triples(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """(parameter, gradient, momentum) of every trainable parameter, in the layout order."""
-        out = []
+    def _step_tensors(self) -> _StepTensors:
+        """Parameters, gradients (zero where None) and momenta of every trainable parameter, as flat views."""
+        grads = []
         for p in self._params:
             g = p.grad if p.grad is not None else torch.zeros_like(p)
             if g.is_sparse:
                 raise RuntimeError("LionCub does not support sparse gradients")
-            out.append((p, g, self._state(p)["exp_avg"]))
-        return out
-
-    def _by_group(self) -> dict[int, list[int]]:
-        """Positions in the layout of each param group's parameters (foreach ops run per group)."""
-        out: dict[int, list[int]] = {}
-        for k, index in enumerate(self._group_of):
-            out.setdefault(index, []).append(k)
-        return out
+            grads.append(g.reshape(-1))
+        return _StepTensors([p.view(-1) for p in self._params], grads,
+                            [self._state(p)["exp_avg"].view(-1) for p in self._params])
 
     @property
     def steps_done(self) -> int:
@@ -130,8 +162,20 @@ class LionCub(Optimizer):
 
     def buffer_bytes(self) -> int:
         """Bytes this optimizer and its reducer keep between steps beyond parameters, gradients and momentum."""
-        reducer = self.reducer.buffer_bytes() if hasattr(self.reducer, "buffer_bytes") else 0
-        return self._workspace.nbytes() + reducer
+        return self._workspace.nbytes() + self.reducer.buffer_bytes()
+
+    def wire_bytes(self, numel: int) -> int:
+        return self.reducer.wire_bytes(numel)
+
+    def adjustments(self) -> list[Adjustment]:
+        """`reducer: auto`'s pick and any field width the reducer widened."""
+        chosen = [self.reducer_choice.adjustment()] if self.reducer_choice is not None else []
+        return chosen + self.reducer.adjustments()
+
+    def hook_forward(self, model: torch.nn.Module) -> None:
+        """With overlap: finish the step in flight during `model`'s next forward pass (src/optim/overlap.py)."""
+        if self.overlap:
+            self.forward_overlap = ForwardOverlap(self, model)
 
     def state_dict(self) -> dict:
         self.settle()
@@ -155,11 +199,18 @@ class LionCub(Optimizer):
         loss = evaluate_closure(closure)
         step = self._steps + 1
         with self.timer.phase("update"):
-            triples = self._triples()
-        if self._chunked:
-            self._chunked_step(triples, step)
+            tensors = self._step_tensors()
+        reduction = self.reducer.begin(self._sizes, step, self._params[0].device)
+        pieces = self._pieces_of(reduction)
+        hyper = [_Hyper(g["lr"], g["weight_decay"], *g["betas"]) for g in self.param_groups]
+        depth = len(reduction.plan.chunks) if self.overlap else PIPELINE_DEPTH  # overlap: every chunk in flight
+        pipeline = Pipeline(lambda chunk, slot: self._chunk_step(reduction, chunk, slot, tensors, pieces, hyper),
+                            self.timer, depth).launch(reduction.plan.chunks)
+        if self.overlap:  # the next forward pass applies the directions (finish_through)
+            self._inflight = pipeline
+            tensors.release_gradients()
         else:
-            self._flat_step(triples, step)
+            pipeline.finish()
         with self.timer.phase("update"):
             torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
         self._steps = step
@@ -168,18 +219,63 @@ class LionCub(Optimizer):
             allreduce_mean_(exp_avgs, self.world_size, self.group, self.timer, self._workspace)
         return loss
 
-    def _chunked_step(self, triples: list[tuple], step: int) -> None:
-        """Steps 1-4 inside the reducer's pipeline (see the module docstring); with overlap, launched only."""
-        flat = [(p.view(-1), g.reshape(-1), m.view(-1)) for p, g, m in triples]
-        plan = self.reducer.plan(sum(self._sizes))
-        if plan.numel not in self._chunk_groups:
-            self._chunk_groups[plan.numel] = [self._split_by_group(chunk) for chunk in plan.chunks]
-        ends = _ChunkEnds(self, flat, self._chunk_groups[plan.numel])
-        if self.overlap:  # every chunk encoded and in flight; the next forward pass applies them
-            self._inflight = self.reducer.launch(ends, ends, step, plan.numel, self._params[0].device, depth=None)
-            ends.release_gradients()
-        else:
-            self.reducer.run(ends, ends, step, plan.numel, self._params[0].device)
+    def _chunk_step(self, reduction: Reduction, chunk: Chunk, slot: int, tensors: _StepTensors,
+                    pieces: list, hyper: list[_Hyper]):
+        """Algorithm 1 on one chunk of the layout: a generator that yields the chunk's collectives (the module doc's
+        steps 1 to 5)."""
+        reducer, scratch = self.reducer, reduction.scratch
+        held = None
+        for ahead in reducer.statistics_wanted(reduction, chunk):  # per-layer scales: their layers' c first
+            c = self._update_vector(ahead, tensors, pieces[ahead.index], hyper, scratch)
+            reducer.observe(reduction, ahead, c)
+            held = ahead
+        if held is not chunk:
+            c = self._update_vector(chunk, tensors, pieces[chunk.index], hyper, scratch)  # 1
+        wire = reducer.encode(reduction, chunk, c, slot)  # 2
+        self._momentum_step(tensors, pieces[chunk.index], hyper)  # 3
+        received = yield from reducer.exchange(reduction, chunk, wire, slot)  # 4
+        direction = reducer.decode(reduction, chunk, received, scratch[: chunk.length])
+        self._apply_direction(tensors, pieces[chunk.index], hyper, direction)  # 5
+
+    def _update_vector(self, chunk: Chunk, tensors: _StepTensors, pieces: list, hyper: list[_Hyper],
+                       scratch: torch.Tensor) -> torch.Tensor:
+        """c = beta1 m + (1 - beta1) g of the chunk's pieces, in the chunk-sized scratch (zero padding between)."""
+        with self.timer.phase("update"):
+            out = scratch[: chunk.length]
+            zero_gaps(out, chunk)
+            for index, group_pieces in pieces:
+                update_vector(_slices(tensors.momenta, group_pieces), _slices(tensors.grads, group_pieces),
+                              hyper[index].beta1, out=[out[p.at: p.at + p.length] for p in group_pieces])
+        return out
+
+    def _momentum_step(self, tensors: _StepTensors, pieces: list, hyper: list[_Hyper]) -> None:
+        """m <- beta2 m + (1 - beta2) g of the chunk's pieces (its c is encoded)."""
+        with self.timer.phase("update"):
+            for index, group_pieces in pieces:
+                lion_momentum_(_slices(tensors.momenta, group_pieces), _slices(tensors.grads, group_pieces),
+                               hyper[index].beta2)
+
+    def _apply_direction(self, tensors: _StepTensors, pieces: list, hyper: list[_Hyper],
+                         direction: torch.Tensor) -> None:
+        """p <- p (1 - lr wd) - lr d of the chunk's pieces."""
+        with self.timer.phase("update"):
+            for index, group_pieces in pieces:
+                apply_direction_(_slices(tensors.params, group_pieces),
+                                 [direction[p.at: p.at + p.length] for p in group_pieces],
+                                 hyper[index].lr, hyper[index].weight_decay)
+
+    def _pieces_of(self, reduction: Reduction) -> list[list[tuple[int, list[Piece]]]]:
+        """Per chunk of the reduction's plan, its pieces by param group (foreach ops run per group; cached)."""
+        plan = reduction.plan
+        if id(plan) not in self._pieces_by_group:
+            self._pieces_by_group[id(plan)] = [self._split_by_group(chunk) for chunk in plan.chunks]
+        return self._pieces_by_group[id(plan)]
+
+    def _split_by_group(self, chunk: Chunk) -> list[tuple[int, list[Piece]]]:
+        by_group: dict[int, list] = {}
+        for piece in chunk.pieces:
+            by_group.setdefault(self._group_of[piece.segment], []).append(piece)
+        return sorted(by_group.items())
 
     # --- the overlapped step (src/optim/overlap.py) ----------------------------------------------------------
     @torch.no_grad()
@@ -202,88 +298,9 @@ class LionCub(Optimizer):
         self._inflight = None
 
     def last_chunk_of_params(self) -> dict[int, int]:
-        """id(parameter) -> index of the last chunk holding part of it (chunked reducers only)."""
-        plan = self.reducer.plan(sum(self._sizes))
+        """id(parameter) -> index of the last chunk holding part of it."""
         last = {}
-        for chunk in plan.chunks:
+        for chunk in self.reducer.chunk_plan(self._sizes).chunks:
             for piece in chunk.pieces:
                 last[id(self._params[piece.segment])] = chunk.index
         return last
-
-    def _split_by_group(self, chunk: Chunk) -> list[tuple[int, list]]:
-        by_group: dict[int, list] = {}
-        for piece in chunk.pieces:
-            by_group.setdefault(self._group_of[piece.segment], []).append(piece)
-        return sorted(by_group.items())
-
-    def _flat_step(self, triples: list[tuple], step: int) -> None:
-        """Steps 1-4 around a reducer that offers only `reduce(update, step)` (flat update and direction)."""
-        groups = self._by_group()
-        with self.timer.phase("update"):
-            flat = self._workspace.get("update", sum(self._sizes), torch.float32, self._params[0].device)
-            views = flat.split(self._sizes)
-            for index, members in groups.items():
-                beta1 = self.param_groups[index]["betas"][0]
-                targets = [views[k].view_as(triples[k][0]) for k in members]
-                torch._foreach_copy_(targets, [triples[k][2] for k in members])
-                torch._foreach_mul_(targets, beta1)
-                torch._foreach_add_(targets, [triples[k][1] for k in members], alpha=1.0 - beta1)
-        direction = self.reducer.reduce(flat, step)
-        with self.timer.phase("update"):
-            chunks = direction.split(self._sizes)
-            for index, members in groups.items():
-                g = self.param_groups[index]
-                params = [triples[k][0] for k in members]
-                apply_direction_(params, [chunks[k].view_as(p).to(p.dtype) for k, p in zip(members, params)],
-                                 g["lr"], g["weight_decay"])
-                lion_momentum_([triples[k][2] for k in members], [triples[k][1] for k in members], g["betas"][1])
-
-
-class _ChunkEnds:
-    """Both ends of LionCub's reduction: the source of update values and the sink of directions, chunk by chunk.
-
-    values: c = beta1 m + (1 - beta1) g of the chunk's pieces, written into the reducer's scratch (zero padding
-    between layers); encoded: m <- beta2 m + (1 - beta2) g for those pieces; commit: p <- p (1 - lr wd) - lr d.
-    """
-
-    phase = "update"
-
-    def __init__(self, optimizer: LionCub, flat: list[tuple], chunk_groups: list):
-        self.flat, self.chunk_groups = flat, chunk_groups
-        # this step's lr, weight decay and betas: an overlapped step commits after the loop set the next lr
-        self.groups = [dict(lr=g["lr"], weight_decay=g["weight_decay"], betas=g["betas"])
-                       for g in optimizer.param_groups]
-
-    def release_gradients(self) -> None:
-        """Every chunk is encoded and its momentum stepped: keep only the parameters (the commits need them)."""
-        self.flat = [(p, None, None) for p, _, _ in self.flat]
-
-    def _pieces(self, pieces: list, which: int) -> list[torch.Tensor]:
-        return [self.flat[p.segment][which][p.offset: p.offset + p.length] for p in pieces]
-
-    @staticmethod
-    def _at(tensor: torch.Tensor, pieces: list) -> list[torch.Tensor]:
-        return [tensor[p.at: p.at + p.length] for p in pieces]
-
-    def values(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
-        out = scratch[: chunk.length]
-        zero_gaps(out, chunk)
-        for index, pieces in self.chunk_groups[chunk.index]:
-            beta1 = self.groups[index]["betas"][0]
-            targets = self._at(out, pieces)
-            torch._foreach_copy_(targets, self._pieces(pieces, 2))
-            torch._foreach_mul_(targets, beta1)
-            torch._foreach_add_(targets, self._pieces(pieces, 1), alpha=1.0 - beta1)
-        return out
-
-    def encoded(self, chunk: Chunk) -> None:
-        for index, pieces in self.chunk_groups[chunk.index]:
-            lion_momentum_(self._pieces(pieces, 2), self._pieces(pieces, 1), self.groups[index]["betas"][1])
-
-    def target(self, chunk: Chunk, scratch: torch.Tensor) -> torch.Tensor:
-        return scratch[: chunk.length]
-
-    def commit(self, chunk: Chunk, written: torch.Tensor) -> None:
-        for index, pieces in self.chunk_groups[chunk.index]:
-            group = self.groups[index]
-            apply_direction_(self._pieces(pieces, 0), self._at(written, pieces), group["lr"], group["weight_decay"])

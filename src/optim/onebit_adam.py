@@ -34,6 +34,7 @@ from torch.optim import Optimizer
 
 from src.comm import make_reducer
 from src.comm.workspace import Workspace
+from src.optim.interface import LoopOptimizer
 from src.optim.grad_allreduce import FlatGradientAllreduce, flatten_into, trainable, unflatten_into
 from src.optim.lion import evaluate_closure
 from src.utils.timing import PhaseTimer
@@ -50,7 +51,7 @@ def check_adam_warmup(adam_warmup_steps) -> int:
     return adam_warmup_steps
 
 
-class OneBitAdam(Optimizer):
+class OneBitAdam(LoopOptimizer, Optimizer):
     """`OneBitAdam(params, lr, betas, weight_decay, adam_warmup_steps, eps=1e-8, group=None)`."""
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.999),

@@ -26,17 +26,18 @@ The rule a model must follow: a parameter is read only by the forward of a modul
 `module.weight` of a module that is called) or later in the same forward pass. GPT-2++, ResNet-18 and timm's DeiT
 follow it. Memory: the wire words of the whole vector stay allocated (one pipeline slot per chunk: p/8 bytes per
 parameter for p-bit fields), against two chunks' worth in the synchronous step.
-Deliberate difference from the paper: the paper's step is synchronous; this is ours (the issue's item 2).
+Deliberate difference from the paper: the paper's step is synchronous; the overlap is ours.
 """
 from __future__ import annotations
 
 import torch
 
-from src.optim.lion_cub import OVERLAPPED
+OVERLAPPED = "overlapped"  # the phase of an overlapped step's work done inside the next forward pass
 
 
 class ForwardOverlap:
-    """The hooks that finish an in-flight LionCub step during `model`'s next forward pass (see the module doc)."""
+    """The hooks that finish an in-flight LionCub step during `model`'s next forward pass (see the module doc);
+    `LionCub.hook_forward(model)` installs them."""
 
     def __init__(self, optimizer, model: torch.nn.Module):
         self.optimizer = optimizer

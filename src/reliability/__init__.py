@@ -1,1 +1,1 @@
-"""Reliability: exact checkpoint and resume, replica guard, non-finite step policy (issue: Reliability)."""
+"""Reliability: exact checkpoint and resume, replica guard, non-finite step policy (docs/reliability.md)."""

@@ -1,4 +1,4 @@
-"""Deterministic fault injection for the reliability tests (issue: Reliability; docs/reliability.md).
+"""Deterministic fault injection for the reliability tests (docs/reliability.md).
 
 Config keys under `fault` (all null = off, the default):
 - `kill_rank`, `kill_at_step`: that rank sends itself SIGKILL at the start of that step, but only on the first

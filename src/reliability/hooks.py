@@ -1,4 +1,4 @@
-"""The reliability hooks of the training loop (issue: Reliability): checkpoints, replica guard, non-finite steps.
+"""The reliability hooks of the training loop (docs/reliability.md): checkpoints, replica guard, non-finite steps.
 
 `src.engine.loop` calls, per step: `begin(step)` before the batch (fault injection: SIGKILL; with policy `stop`
 the pre-step RNG and data position are kept, so the "last good state" can be saved exactly), `after_backward()`
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from src.dist.setup import DistContext, gather_objects
+from src.dist.process_group import DistContext, gather_objects
 from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state

@@ -1,4 +1,4 @@
-"""What a checkpoint of a training run holds, and how a rank puts it back (issue: Reliability, exact resume).
+"""What a checkpoint of a training run holds, and how a rank puts it back (exact resume: docs/reliability.md).
 
 Lion Cub's Algorithm 1 keeps one momentum per rank, so every rank saves its own state: the optimizer's
 `state_dict()` (momentum `exp_avg` and `step` per parameter, plus the reducer's state such as its

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from src.dist.setup import DistContext
+from src.dist.process_group import DistContext
 
 _LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_JOB_NODELIST",
                 "SLURM_NNODES", "CUDA_VISIBLE_DEVICES", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")

@@ -54,7 +54,7 @@ float64 (uniform on [`stats.hist.log10_min`, `stats.hist.log10_max`], shared by 
 (L, B) int64 (non-zero |c| by log10, same rule); `hist_log10_abs_below`, `hist_log10_abs_above`, `zeros` (L,) int64;
 `fit_laplace_loc`, `fit_laplace_scale` (median, mean |c - median|), `fit_gauss_mean`, `fit_gauss_std` (population),
 `fit_laplace_ll`, `fit_gauss_ll`, `fit_laplace_ks`, `fit_gauss_ks` (L,) float64 (NaN where the scale is 0);
-`fit_samples` (L,) int64. The analysis side reads this format (contract of issue 8; keep both in step).
+`fit_samples` (L,) int64. The analysis side reads this format (analysis/stats_*: keep both in step).
 
 Deliberate differences from the paper: it does not say how it measured; ours is per parameter tensor (the paper's
 "layer"), quantizer scales are per tensor (as LionCub's reducers), and the fits' measures (KS, log-likelihood) are

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
+from src.optim.lion import update_vector
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.stats import report
 from src.stats.agreement import Shards, code_rows, encode, exchange, gather_tables, shard_counts, shard_spread
@@ -159,13 +160,13 @@ class TrainingStats:
 
     def _update_vector(self, bucket: list[int], length: int) -> torch.Tensor:
         """c = beta1 * m + (1 - beta1) * g of the bucket's parameters (float32, flat, zero padded to `length`)."""
-        c = self._flat(bucket, self._momenta(bucket), length)
+        c = self._flat(bucket, self._momenta(bucket), length)  # m (zero where absent), then c in place
         sizes = [self.sizes[i] for i in bucket]
         for i, view in zip(bucket, c[: sum(sizes)].split(sizes)):
-            beta1, grad = self.beta1[id(self.params[i])], self.params[i].grad
-            view.mul_(beta1)
-            if grad is not None:
-                view.add_(grad.reshape(-1).to(device=self.device, dtype=torch.float32), alpha=1.0 - beta1)
+            grad = self.params[i].grad
+            grad = torch.zeros_like(view) if grad is None else grad.reshape(-1).to(device=self.device,
+                                                                                    dtype=torch.float32)
+            update_vector([view], [grad], self.beta1[id(self.params[i])], out=[view])
         return c
 
     def _shards(self, bucket: list[int]) -> tuple[list[int], Shards]:

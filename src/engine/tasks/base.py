@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from src.dist.setup import DistContext
+from src.dist.process_group import DistContext
 from src.errors import SetupError
 from src.models import build_model
 

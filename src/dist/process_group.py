@@ -141,8 +141,10 @@ def apply_network_env(network: Mapping[str, Any], environ: MutableMapping[str, s
     return applied
 
 
-def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str, str]:
-    """Apply the network environment and start the process group; returns the variables it set."""
+def init_process_group(ctx: DistContext, network: Mapping[str, Any], run_index: int = 0) -> dict[str, str]:
+    """Apply the network environment and start the process group; returns the variables it set. `run_index`
+    numbers the runs this process starts (a multirun's sweep points, the same on every rank): it names the group's
+    keys in torchrun's store."""
     if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
         os.environ.update(slurm_launch_env(os.environ))  # srun/submitit tasks: the rendezvous torchrun would give
     applied = apply_network_env(network)
@@ -155,11 +157,8 @@ def init_process_group(ctx: DistContext, network: Mapping[str, Any]) -> dict[str
                                 device_id=device_id)
     else:
         dist.init_process_group(ctx.backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout,
-                                device_id=device_id, store=_attempt_store(ctx, timeout))
+                                device_id=device_id, store=_attempt_store(timeout, run_index))
     return applied
-
-
-_groups_started = 0  # process groups this process started: every rank starts them in the same order
 
 
 def launcher_store(timeout: timedelta = timedelta(seconds=600)):
@@ -171,21 +170,19 @@ def launcher_store(timeout: timedelta = timedelta(seconds=600)):
     return store
 
 
-def _attempt_store(ctx: DistContext, timeout: timedelta):
-    """Under torchrun, the launcher's store with a prefix of its own per attempt and per group (None elsewhere).
+def _attempt_store(timeout: timedelta, run_index: int):
+    """Under torchrun, the launcher's store with a prefix of its own per attempt and per run (None elsewhere).
 
     torchrun keeps its store across `--max-restarts` restarts, and a Hydra multirun starts one group per sweep point
     in the same processes: a group that found the keys of an earlier one would read addresses whose sockets are
     closed (gloo: "Connection refused", or a hang). The prefix names the attempt (TORCHELASTIC_RESTART_COUNT) and
-    the number of groups this process started before, which is the same on every rank.
+    the run (`run_index`, the same on every rank).
     """
-    global _groups_started
     store = launcher_store(timeout)
     if store is None:
         return None
-    _groups_started += 1
     attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
-    return dist.PrefixStore(f"lioncub/attempt_{attempt}/group_{_groups_started}", store)
+    return dist.PrefixStore(f"lioncub/attempt_{attempt}/run_{run_index}", store)
 
 
 def shutdown() -> None:

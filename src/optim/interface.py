@@ -1,0 +1,39 @@
+"""What the training loop may ask of every optimizer (src/engine/loop.py, src/engine/run.py, src/runlog).
+
+`LoopOptimizer` is a mixin every optimizer of src/optim derives from, beside `torch.optim.Optimizer`:
+- `timer`: the `PhaseTimer` its step records `update`, `quantize` and `communicate` in (Table A.1's columns);
+- `settle(phase=None)`: finish work still in flight, so the parameters are final (an overlapped LionCub step,
+  src/optim/overlap.py; nothing to do for the others);
+- `wire_plan()`: bytes this rank sends per step, by stage (`{"step": n}`; 1-bit Adam: warmup and compression),
+  from the optimizer's model of its collectives (`wire_bytes`, src/comm/wire.py), for the run summary;
+- `adjustments()`: every value the optimizer uses in place of the one its configuration asked for (a field width
+  widened to hold the world's sums, `reducer: auto`'s pick), for the start-of-run lines and `summary.json`;
+- `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.auto.AutoChoice), None otherwise.
+Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
+and evaluation.
+"""
+from __future__ import annotations
+
+from src.utils.adjustment import Adjustment
+from src.utils.timing import PhaseTimer
+
+
+class LoopOptimizer:
+    """The training loop's view of an optimizer (see the module doc); mixed in before `torch.optim.Optimizer`."""
+
+    timer: PhaseTimer
+    reducer_choice = None
+
+    def settle(self, phase: str | None = None) -> None:
+        """Finish the work in flight, if any (nothing is in flight unless the step overlaps the next forward)."""
+
+    def wire_bytes(self, numel: int) -> int:
+        """Bytes this rank sends per step for `numel` trainable elements (0: the optimizer does not communicate)."""
+        return 0
+
+    def wire_plan(self) -> dict[str, int]:
+        numel = sum(p.numel() for g in self.param_groups for p in g["params"] if p.requires_grad)
+        return {"step": int(self.wire_bytes(numel))}
+
+    def adjustments(self) -> list[Adjustment]:
+        return []

@@ -1,0 +1,44 @@
+"""A value the code uses in place of the configured one is printed once at start and recorded in summary.json
+beside the requested value (src/optim/interface.py `adjustments`, src/engine/run.py); config.yaml keeps what was
+asked. The case a user meets: 1-bit vote fields at 2 ranks, where the sums need 2 bits."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+from harness_util import REPO, TORCHRUN_VARS
+
+
+def test_a_widened_field_width_is_printed_and_recorded_in_the_summary(demo_tokens, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["variant=cub4", "variant.reducer.bits=1", "variant.reducer.compile=false", f"data.dir={demo_tokens}",
+            "model=gpt_tiny", "data.block_size=16", "data.batch_size=2", "train.steps=2", "train.eval_batches=1",
+            "train.progress=false", f"run.dir={run_dir}"]
+    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("lioncub: variant.reducer.bits=1 -> 2 (")]
+    assert len(lines) == 1, proc.stdout[-3000:]  # once, by rank 0
+    assert "2 ranks' votes overflow 1-bit fields" in lines[0]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["config_adjusted"]["variant.reducer.bits"]["requested"] == 1
+    assert summary["config_adjusted"]["variant.reducer.bits"]["used"] == 2
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["variant"]["reducer"]["bits"] == 1
+
+
+def test_nothing_is_recorded_where_the_configuration_is_used_as_asked(demo_tokens, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["variant=cub4", "variant.reducer.compile=false", f"data.dir={demo_tokens}", "model=gpt_tiny",
+            "data.block_size=16", "data.batch_size=2", "train.steps=1", "train.eval_batches=1", "train.progress=false",
+            f"run.dir={run_dir}"]
+    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "-> " not in "".join(x for x in proc.stdout.splitlines() if x.startswith("lioncub: variant."))
+    assert json.loads((run_dir / "summary.json").read_text())["config_adjusted"] == {}
