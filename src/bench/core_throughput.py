@@ -13,7 +13,8 @@ Rows:
 - `memcpy` / `read`: `dst.copy_(src)` and `src.sum()` of the same number of bytes, the ceilings to compare with.
 Then bytes sent per rank by each reducer for a 100M-element update (world sizes 2, 4, 8, 16), from `wire_bytes`
 (with the field widths each world size needs). Best of `--repeats` timings after warm-up; CUDA timings
-synchronise the device around each call.
+synchronise the device around each call. The header and every CSV row name the machine (CPU model, the ISA torch
+dispatches to, cores, threads; the GPU's name on CUDA).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from src.comm import codec, make_reducer
 from src.comm.chunked import RunContext, VectorSink, VectorSource
 from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
 from src.quant import quantize
+from src.utils import machine
 
 GPT774M = 774_000_000
 
@@ -174,13 +176,15 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    name = machine.label(threads=torch.get_num_threads())
+    name = f"{torch.cuda.get_device_name(device)} (host {name})" if device.type == "cuda" else name
     print(f"# core kernels on {name}, {args.numel:,} elements, best of {args.repeats}")
     rows = []
     if args.only in ("all", "packing"):
         rows += packing_rows(args.numel, device, args.repeats)
     if args.only in ("all", "codec"):
         rows += codec_rows(args.numel, device, args.repeats)
+    rows = [{**r, "machine": name} for r in rows]
     print(f"{'kind':<10} {'name':<34} {'ms':>9} {'GB/s':>8} {'memcpy GB/s':>12} {'read GB/s':>10} "
           f"{'ms per 774M':>12}")
     for r in rows:
