@@ -78,6 +78,31 @@ def test_compiled_and_eager_l1_encode_and_decode_are_bitwise_equal():
         assert equal_bits(eager, compiled)
 
 
+def test_compiled_and_eager_8bit_levels_and_field_sums_are_bitwise_equal():
+    """Fast: the one-field-per-word encode (codes written as the words through a [blocks, BLOCK] view, NaN -> level
+    0 by a vector compare when compiled) on adversarial values at 13 blocks, and the plane-by-plane decode of 4- and
+    8-bit field sums at a word count that is not a multiple of 8."""
+    torch._inductor.config.compile_threads = 1
+    x = adversarial(BLOCK * 13, seed=3)
+    x[3 * BLOCK: 6 * BLOCK] = torch.randn(3 * BLOCK, generator=torch.Generator().manual_seed(5))  # a plain segment
+    x[[5, 2 * BLOCK, BLOCK * 13 - 1]] = float("nan")  # outside the plain segment, whose scale stays finite
+    inverse = _inverse(x, "l1", 15)
+    eager, compiled = both(codec.encode_levels, x, inverse, None, "l1", 15, 8,
+                           out=torch.empty(x.numel(), dtype=torch.uint8))
+    assert torch.equal(eager, compiled) and int(eager[5]) == 15 and int(eager.max()) <= 30
+    assert len(eager.unique()) >= 20
+    g = torch.Generator().manual_seed(4)
+    for bits, world, votes, majority in ((4, 15, True, True), (8, 2, False, False)):
+        words = torch.randint(0, 256, (301,), generator=g, dtype=torch.uint8)
+        k = fields_per_word(bits)
+        eager, compiled = both(codec.decode_sums, words, bits, world / 2, votes, majority, float(world),
+                               out=torch.empty(k * 301))
+        assert equal_bits(eager, compiled)
+        fields = torch.stack([(words.to(torch.int32) >> (bits * j)) & ((1 << bits) - 1) for j in range(k)])
+        direction = (fields.view(-1).float() - world / 2) * (2 if votes else 1)
+        assert equal_bits(eager, torch.sign(direction) if majority else direction / float(world))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bits", FIELD_WIDTHS)
 def test_compiled_and_eager_votes_are_bitwise_equal_at_every_width(bits):

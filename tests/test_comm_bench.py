@@ -3,24 +3,28 @@
 Unit tests of the fit, Kendall's tau, the ranking agreement and the ratio limits on synthetic numbers, then the
 benchmark itself in `--quick` mode: on the emulated cluster at 100 Mbit/s where the machine allows it (root,
 iproute2; at that rate the 1M-element points are bandwidth-bound, so beta is determined), else on plain local gloo
-under torchrun. No timing is asserted, only that the rows, fit and report are well formed.
+under torchrun. No timing is asserted, only that the rows, fit and report are well formed, and that every row
+and the report name the machine (CPU model, torch ISA, cores, threads per rank).
 """
 from __future__ import annotations
 
 import csv
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from src.bench.comm_bench import COLUMNS, QUICK_SIZES, summarise_call
+from src.bench.comm_bench import COLUMNS, QUICK_SIZES, machine_text, summarise_call
 from src.bench.comm_cases import CASES, CASE_NAMES, select
 from src.comm.network_fit import read_network_fit
 from src.bench.comm_model import (FIT_CASES, RANKED_CASES, end_to_end_table, fit, fit_network, kendall_tau, limit,
                                   predict, ranking_agreement, ratio_table, terms)
 from src.launch.netns import EmulatorUnavailable, check_prerequisites
+from src.utils import machine
 
 REPO = Path(__file__).resolve().parents[1]
 ALPHA, BETA = 2e-3, 1e-9
@@ -155,10 +159,23 @@ def test_quick_benchmark_writes_rows_that_fit_and_report(tmp_path):
     assert report([str(out), "--ratio-numel", str(QUICK_SIZES[-1])]) == 0
     summary = (tmp_path / "summary.md").read_text()
     assert "alpha =" in summary and "Lion 32-bit / Lion Cub" in summary and "reduce() end to end" in summary
+    assert {(r["cpu_model"], r["cpu_isa"], r["cores"]) for r in rows} == {
+        (machine.cpu_model(), machine.cpu_isa(), str(os.cpu_count()))}
+    assert all(r["threads_per_rank"] and r["host_cpus"] for r in rows)
+    assert f"Machine: {machine_text(rows[0])}." in summary and machine.cpu_isa() in summary
     stored = read_network_fit(tmp_path / f"network_fit_{rows[0]['rate']}.json")  # what reducer: auto reads
     assert (stored.alpha, stored.beta) == pytest.approx((fitted.alpha, fitted.beta), rel=1e-9)
     assert figure([str(out)]) == 0
     assert (tmp_path / "fig2_comm_sizes.png").stat().st_size > 0 and (tmp_path / "fig2_comm_scaling.png").exists()
+
+
+def test_machine_text_names_cpu_isa_cores_and_threads():
+    row = dict(cpu_model="AMD EPYC", cpu_isa="AVX2", cores=2, threads_per_rank="1", host_cpus="0")
+    assert machine_text(row) == "AMD EPYC (torch ISA AVX2), 2 cores, 1 thread(s) per rank, rank 0 on cores 0"
+    assert machine_text({"case": "fp32"}) == "not recorded"   # a CSV from before the machine columns
+    here = machine.describe()
+    assert here["cpu_isa"] == torch.backends.cpu.get_cpu_capability() and here["threads"] == torch.get_num_threads()
+    assert here["cpu_isa"] in machine.label(here) and f"{here['cores']} cores" in machine.label(here)
 
 
 def test_end_to_end_table_judges_reduce_against_the_fp32_allreduce():

@@ -1,6 +1,8 @@
 """The emulated Ethernet cluster (src/launch; Lion Cub Section 7's "Ethernet" setting): a gloo allreduce crosses
 it with the right result, and teardown removes exactly what a run created, after success, a failed job or a
-signal; `--cleanup` removes dead runs' leftovers only; without root or iproute2 it refuses in one line.
+signal; `--cleanup` removes dead runs' leftovers only; without root or iproute2 it refuses in one line. Each host
+gets a disjoint, equal share of the cores and each rank the share's thread count, as the ranks themselves report
+them (their affinity and torch's thread count); ranks left with default threads on a shared machine warn once.
 
 Tests that build namespaces need root and `ip`/`tc`, and are skipped with the reason otherwise. They find their
 own run's objects by the run id the launcher prints, so clusters of other runs on the machine do not disturb them.
@@ -17,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from src.dist import threads as rank_threads
 from src.launch import cluster as topo
-from src.launch import emulate
+from src.launch import cores, emulate
 from src.launch.netns import (EmulatorUnavailable, LinkSpec, check_prerequisites, format_rate, list_namespaces,
                               lock_path, parse_rate, release_lock, root_links, run_cmd)
 
@@ -120,6 +123,55 @@ def test_train_gets_the_emulated_network_config():
         "--numel", "8"]
 
 
+@pytest.mark.parametrize("nodes, nproc, cpus, per_host, threads, shared", [
+    (2, 1, [0, 1], 1, 1, False),           # this project's 2-core machine: one core per host
+    (2, 2, [0, 1], 1, 1, True),            # 4 ranks on 2 cores: the ranks of a host share its core
+    (2, 4, list(range(16)), 8, 2, False),
+    (3, 1, list(range(8)), 2, 2, False),   # 2 cores left idle so the shares are equal
+    (1, 3, [4, 5, 6, 7], 4, 1, False),
+])
+def test_hosts_get_disjoint_equal_shares_of_the_cores(nodes, nproc, cpus, per_host, threads, shared):
+    share = cores.plan(nodes, nproc, cpus)
+    assert len(share.hosts) == nodes and all(len(h) == per_host for h in share.hosts)
+    flat = [c for h in share.hosts for c in h]
+    assert len(set(flat)) == len(flat) and set(flat) <= set(cpus)
+    assert share.threads_per_rank == threads and share.shared == shared
+    assert (share.note() is not None) == shared
+    if shared:
+        assert "will share cores" in share.note() and "\n" not in share.note()
+
+
+def test_more_hosts_than_cores_take_cores_in_turn():
+    share = cores.plan(3, 1, [0, 1])
+    assert share.hosts == ((0,), (1,), (0,)) and share.threads_per_rank == 1 and "3 ranks on 2" in share.note()
+    assert cores.cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+
+
+def test_default_threads_on_a_shared_machine_warn_once(monkeypatch, capsys):
+    crowded = {"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "0"}
+    assert "OMP_NUM_THREADS=1" in rank_threads.oversubscription(crowded, threads=2, cores=2)
+    assert rank_threads.oversubscription({**crowded, "OMP_NUM_THREADS": "2"}, threads=2, cores=2) is None
+    assert rank_threads.oversubscription({**crowded, "LOCAL_WORLD_SIZE": "1"}, threads=2, cores=2) is None
+    assert rank_threads.oversubscription(crowded, threads=1, cores=2) is None
+    monkeypatch.setattr(rank_threads, "_warned", False)
+    monkeypatch.setattr(rank_threads, "usable_cpus", lambda: [0])
+    before = rank_threads.torch.get_num_threads()
+    try:
+        rank_threads.torch.set_num_threads(2)
+        for _ in range(3):
+            rank_threads.apply_thread_share(crowded)
+        assert capsys.readouterr().err.count("compete for cores") == 1
+        assert rank_threads.apply_thread_share({rank_threads.SHARE_VAR: "1", **crowded}) == 1
+    finally:
+        rank_threads.torch.set_num_threads(before)
+
+
+def test_cores_option_is_checked():
+    assert emulate.parse_args(["cores=all"]).cores == "all" and emulate.parse_args([]).cores == "share"
+    with pytest.raises(emulate.UsageError, match="cores='some'"):
+        emulate.parse_args(["cores=some"])
+
+
 # --- with namespaces ----------------------------------------------------------------------------------------------
 @needs_netns
 def test_gloo_allreduce_crosses_the_cluster_and_teardown_is_complete(bystander):
@@ -179,3 +231,31 @@ def test_cleanup_removes_dead_runs_only(bystander):
     finally:
         assert topo.teardown(live) == []
     assert_gone(live.run_id)
+
+
+@needs_netns
+@pytest.mark.parametrize("nodes, nproc", [(2, 1), pytest.param(2, 2, marks=pytest.mark.slow)])
+def test_each_host_owns_its_share_of_the_cores_as_the_ranks_see_it(nodes, nproc):
+    proc = launch(f"nodes={nodes}", f"nproc_per_node={nproc}", "rate=none", "--module", "src.launch.smoke", "--",
+                  "--numel", "1024")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    world = nodes * nproc
+    seen = re.findall(rf"\[h(\d)\] smoke: rank (\d)/{world} allreduce ok .* cpus ([0-9,-]+) threads (\d+)", out)
+    assert len(seen) == world, out
+    expected = cores.plan(nodes, nproc)   # the launcher's own affinity is this process's
+    per_host: dict[int, set[int]] = {}
+    for host, _, cpus, threads in seen:   # what each rank read from os.sched_getaffinity and torch
+        mine = {c for part in cpus.split(",") for c in _expand(part)}
+        assert mine == set(expected.hosts[int(host)]), out
+        assert int(threads) == expected.threads_per_rank, out
+        per_host.setdefault(int(host), set()).update(mine)
+    if nodes <= len(expected.usable):
+        assert not set.intersection(*per_host.values()), out
+    assert ("will share cores" in out) == expected.shared, out
+    assert_gone(run_id_of(out))
+
+
+def _expand(part: str) -> range:
+    low, _, high = part.partition("-")
+    return range(int(low), int(high or low) + 1)

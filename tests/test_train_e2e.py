@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from src.runlog.wandb_offline import find_run_file, read_config, read_history
 
@@ -58,6 +59,10 @@ def check_run(run_dir: Path, variant: str) -> None:
     assert summary["ranks_in_sync"] is True and summary["steps"] == STEPS and summary["world_size"] == 2
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["world_size"] == 2 and len(prov["ranks"]) == 2 and prov["backend"] == "gloo"
+    # the machine the run's timings come from, and each rank's threads (OMP_NUM_THREADS=1 here)
+    assert prov["machine"]["cpu_isa"] == torch.backends.cpu.get_cpu_capability() and prov["machine"]["cores"] >= 1
+    assert [r["threads"] for r in prov["ranks"]] == [1, 1] and prov["threads_per_rank"] == [1]
+    assert all(r["cpus"] for r in prov["ranks"])
     assert (run_dir / "timing.md").is_file() and (run_dir / "timing.csv").is_file()
     check_wandb(run_dir, rows, variant)
 

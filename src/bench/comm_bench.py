@@ -19,6 +19,8 @@ GLOO_SOCKET_IFNAME; empty off the emulator), the ideal time wire_bytes * 8 / rat
 measured (end to end, and collective only). The gradient-allreduce cases are not chunked: both measurements are
 one. Deliberate difference from the paper's Table A.1: its "Communication" column is a per-rank timer, i.e. closer
 to our `comm_timer`.
+Every row names its machine: the CPU model, the ISA torch dispatches to, the core count, the ranks' thread count
+(after `src.dist.threads` applied the emulator's share) and rank 0's cores (its affinity: its host's share).
 The link rate comes from `--rate` or LIONCUB_LINK_RATE (set by the emulator); `none` leaves ideal times empty.
 Rank 0 appends the rows to `--out` (CSV) and prints them. `--quick`: small sizes and few reps, for tests.
 """
@@ -37,15 +39,19 @@ import torch.distributed as dist
 
 from src.bench.comm_cases import Case, is_pipelined, prepare, select
 from src.comm import codec
+from src.dist.threads import apply_thread_share
+from src.launch.cores import cpu_list
 from src.launch.netns import format_rate, parse_rate
 from src.launch.smoke import link_tx_bytes
+from src.utils import machine
 
 DEFAULT_SIZES = (1 << 14, 1 << 20, 1 << 22, 1 << 24, 100_000_000)
 QUICK_SIZES = (1 << 12, 1 << 16, 1 << 20)
 MAX_PHASES = 4
 COLUMNS = ("rate", "rate_bps", "nodes", "nproc_per_node", "world_size", "case", "model", "word_size", "bits",
            "numel", "reps", "total_s", "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "total_min_s",
-           "unpipelined_s", "wire_bytes", "link_bytes", "ideal_s", "efficiency", "comm_efficiency")
+           "unpipelined_s", "wire_bytes", "link_bytes", "ideal_s", "efficiency", "comm_efficiency", "cpu_model",
+           "cpu_isa", "cores", "threads_per_rank", "host_cpus")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -152,7 +158,17 @@ def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bo
                 unpipelined_s=float(med[0]), wire_bytes=int(wire.item()), link_bytes=link, bits=bits)
 
 
-def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict) -> dict:
+def machine_columns() -> dict:
+    """The machine's columns of every row: rank 0's CPU and cores, and the threads of every rank ("1" or "1-2")."""
+    info = machine.describe()
+    threads: list = [None] * dist.get_world_size()
+    dist.all_gather_object(threads, info["threads"])
+    low, high = min(threads), max(threads)
+    return dict(cpu_model=info["cpu_model"], cpu_isa=info["cpu_isa"], cores=info["cores"],
+                threads_per_rank=str(low) if low == high else f"{low}-{high}", host_cpus=cpu_list(info["cpus"]))
+
+
+def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict, host: dict | None = None) -> dict:
     world, local_world = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     ideal = result["wire_bytes"] * 8 / rate if rate else None
     result = dict(result)
@@ -162,7 +178,15 @@ def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict) 
                 bits=bits or "", numel=numel, reps=reps, **result,
                 ideal_s=ideal if ideal is not None else "",
                 efficiency=ideal / result["total_s"] if ideal is not None else "",
-                comm_efficiency=ideal / result["communicate_s"] if ideal is not None else "")
+                comm_efficiency=ideal / result["communicate_s"] if ideal is not None else "", **(host or {}))
+
+
+def machine_text(row: dict) -> str:
+    """`AMD EPYC (torch ISA AVX2), 2 cores, 1 thread(s) per rank, rank 0 on cores 0` from a row's columns."""
+    if not row.get("cpu_model"):
+        return "not recorded"
+    return (f"{row['cpu_model']} (torch ISA {row['cpu_isa']}), {row['cores']} cores, {row['threads_per_rank']} "
+            f"thread(s) per rank, rank 0 on cores {row['host_cpus']}")
 
 
 def append_rows(path: Path, rows: list[dict]) -> None:
@@ -214,19 +238,21 @@ def main(argv=None) -> int:
         print(f"comm_bench: error: {exc}", file=sys.stderr)
         return 2
     compile = {"true": True, "false": False, "auto": "auto"}[args.compile or ("false" if args.quick else "auto")]
+    apply_thread_share()
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    rank, host = dist.get_rank(), machine_columns()
     codec.allow_recompiles()
     if rank == 0:
         print(f"comm_bench: {dist.get_world_size()} ranks, rate {format_rate(rate)}, sizes {sizes}, "
               f"cases {', '.join(c.name for c in cases)}, compile {compile}", flush=True)
+        print(f"comm_bench: machine {machine_text(host)}", flush=True)
     clock = shared_clock()
     for numel in sizes:
         reps = args.reps or (2 if args.quick else (5 if numel < 1 << 24 else 3))
         rows = []
         for case in cases:
             result = measure(case, numel, reps, args.warmup, args.seed, clock, compile)
-            rows.append(make_row(case, numel, reps, rate, result))
+            rows.append(make_row(case, numel, reps, rate, result, host))
             if rank == 0:
                 print(describe_row(rows[-1]), flush=True)
         if rank == 0:

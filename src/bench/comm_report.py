@@ -9,10 +9,12 @@ table of Lion 32-bit's time over each Lion Cub variant's at `--ratio-numel` besi
 size, each variant's `reduce()` end to end against the fp32 allreduce of the same vector with its share of the
 limit, beside the collective alone. Writes summary.md, fit.json and model.csv (the fitted
 model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
---out-dir), and prints the tables. Per rate it also writes `network_fit_<rate>.json` (alpha, beta and where they
-come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The figures are drawn
-from those files by `python -m analysis.fig2_comm` (which never imports src/; src.bench.comm_suite runs it). `walltime.json` beside the CSV (written by
-src.bench.comm_suite), when present, adds the benchmark's wall time.
+--out-dir), and prints the tables, each under the machine its rows name (CPU model, torch ISA, cores, threads
+per rank; "not recorded" for a CSV without those columns). Per rate it also writes `network_fit_<rate>.json` (alpha,
+beta and where they come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The
+figures are drawn from those files by `python -m analysis.fig2_comm` (which never imports src/; src.bench.comm_suite
+runs it). `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the benchmark's wall
+time.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from src.bench.comm_bench import machine_text
 from src.bench.comm_cases import BY_NAME
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
@@ -173,7 +176,8 @@ def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dic
                                          points=everything.points))
         first = group[0]
         numel = ratio_numel or max(int(r["numel"]) for r in group)
-        md += [f"## rate {rate}: {first['nodes']} hosts x {first['nproc_per_node']} ranks", "",
+        where = f"Machine: {machine_text(first)}."
+        md += [f"## rate {rate}: {first['nodes']} hosts x {first['nproc_per_node']} ranks", "", where, "",
                f"Fitted (relative least squares) on the collective times of the {fitted.points} points of the cases "
                f"whose gloo algorithm is Table 1's ({', '.join(FIT_CASES)}): {_fit_text(fitted)}. This fit is used "
                "below and in the figures.", "",
@@ -184,11 +188,11 @@ def summarise(rows: list[dict], ratio_numel: int | None) -> tuple[list[str], dic
                "", *model_lines(group, fitted, numel), ""]
         if any(int(r["numel"]) == numel and r["case"] == "lion32_grad" for r in group):
             lines = ratio_lines(rate, ratio_table(group, numel, targets=rate != "none"), numel)
-            printed += lines + [""]
+            printed += [where, *lines, ""]
             md += ["### Lion 32-bit / Lion Cub", "", "```", *lines, "```", ""]
         lines = end_to_end_lines(rate, group)
         if lines:
-            printed += lines + [""]
+            printed += [where, *lines, ""]
             md += ["### reduce() end to end", "", "```", *lines, "```", ""]
         curves += model_rows(rate, group, fitted)
     return md, fits, printed, curves

@@ -13,7 +13,10 @@ Rows:
 - `memcpy` / `read`: `dst.copy_(src)` and `src.sum()` of the same number of bytes, the ceilings to compare with.
 Then bytes sent per rank by each reducer for a 100M-element update (world sizes 2, 4, 8, 16), from `wire_bytes`
 (with the field widths each world size needs). Best of `--repeats` timings after warm-up; CUDA timings
-synchronise the device around each call.
+synchronise the device around each call. `--clock cpu` times by the calling thread's CPU time instead of the wall
+clock (CPU, `--threads 1` only): on a machine busy with other work it leaves out the time the thread waits for a
+core, so the figures stay near a quiet machine's (caches are still shared). The header and every CSV row name the machine (CPU model, the ISA torch
+dispatches to, cores, threads; the GPU's name on CUDA).
 """
 from __future__ import annotations
 
@@ -27,8 +30,13 @@ from src.comm import codec, make_reducer
 from src.comm.chunked import direction_target, encode_from_vector, vector_chunk, write_chunk
 from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack
 from src.quant import quantize
+from src.utils import machine
 
 GPT774M = 774_000_000
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
 
 
 def best_seconds(fn, device: torch.device, repeats: int) -> float:
@@ -37,11 +45,11 @@ def best_seconds(fn, device: torch.device, repeats: int) -> float:
     for _ in range(repeats):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        start = time.perf_counter()
+        start = clock()
         fn()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best
 
 
@@ -171,18 +179,26 @@ def main(argv=None) -> None:
                         "emulated cluster has)")
     parser.add_argument("--only", choices=("all", "packing", "codec"), default="all")
     parser.add_argument("--csv", default=None, help="also write the kernel rows to this CSV file")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall, or cpu: this thread's CPU time (CPU with --threads 1; robust to other load)")
     args = parser.parse_args(argv)
     codec.allow_recompiles()
+    if args.clock == "cpu" and (args.threads != 1 or args.device != "cpu"):
+        parser.error("--clock cpu measures one thread: give --threads 1 and --device cpu")
+    global clock
+    clock = CLOCKS[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"# core kernels on {name}, {args.numel:,} elements, best of {args.repeats}")
+    name = machine.label(threads=torch.get_num_threads())
+    name = f"{torch.cuda.get_device_name(device)} (host {name})" if device.type == "cuda" else name
+    print(f"# core kernels on {name}, {args.numel:,} elements, best of {args.repeats}, {args.clock} clock")
     rows = []
     if args.only in ("all", "packing"):
         rows += packing_rows(args.numel, device, args.repeats)
     if args.only in ("all", "codec"):
         rows += codec_rows(args.numel, device, args.repeats)
+    rows = [{**r, "machine": name} for r in rows]
     print(f"{'kind':<10} {'name':<34} {'ms':>9} {'GB/s':>8} {'memcpy GB/s':>12} {'read GB/s':>10} "
           f"{'ms per 774M':>12}")
     for r in rows:

@@ -11,10 +11,11 @@ inside `step()` is followed from its allocation until its last tensor dies (a To
 - peak: the most bytes it held at once during the second step, kept bytes included;
 
 both beyond parameters, gradients and momentum (`exp_avg`, which every Lion variant keeps), and divided by the
-number of parameters. The numbers are exact for what goes through torch's allocator and independent of the
-machine's load; allocations outside torch (numpy's packbits in the 1-bit CPU path) are not seen, and the world
-size is 1 (buffers that scale with it, e.g. a parameter server's gather, are at their smallest). On CUDA the
-runs' own `mem/peak_allocated_bytes` and `mem/peak_reserved_bytes` (Fig. A.1, analysis/figA1.py) are the measure.
+number of parameters. The numbers are exact for what goes through torch's allocator and independent of the machine's
+load (each row still names the machine: CPU model, torch ISA, cores, threads); allocations outside torch (numpy's
+packbits in the 1-bit CPU path) are not seen, and the world size is 1 (buffers that scale with it, e.g. a parameter
+server's gather, are at their smallest). On CUDA the runs' own `mem/peak_allocated_bytes` and
+`mem/peak_reserved_bytes` (Fig. A.1, analysis/figA1.py) are the measure.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from tqdm import tqdm
 from src.comm import codec
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
+from src.utils import machine
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
 CONF = Path(__file__).resolve().parents[2] / "conf" / "variant"
@@ -130,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     codec.allow_recompiles()
     model = gpt(args.layers, args.embd, torch.device(args.device))
     rows = [measure(v, model) for v in tqdm(args.variants, desc="variants", unit="variant")]
+    where = machine.label() if args.device == "cpu" else f"{args.device} beside {machine.label()}"
+    rows = [{**r, "machine": where} for r in rows]
     print(f"optimizer memory beyond parameters, gradients and momentum ({rows[0]['parameters'] / 1e6:.1f}M "
-          f"parameters, one process, {args.device}):\n{table(rows)}")
+          f"parameters, one process, {args.device}; {where}):\n{table(rows)}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from src.comm.packing import fields_per_word, fold, spread
+from src.comm.packing import field_planes, fields_per_word, fold
 from src.quant.blocks import BLOCK, quantize_blocks
 
 _COMPILED: dict = {}
@@ -86,14 +86,21 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
     """Codes of `quantize_blocks` (block i of BLOCK values scaled by inverse[i]) plus `levels`, packed into `out`.
 
     n must be a multiple of k * BLOCK (k fields per word): viewed as [k, n / (k BLOCK), BLOCK], every field plane is
-    a whole number of blocks, and the compiled loop needs no division to find an element's block.
+    a whole number of blocks, and the compiled loop needs no division to find an element's block. The words are
+    written through a [words / BLOCK, BLOCK] view of `out` and, with one field per word (8-bit), the codes are the
+    words themselves: the compiled loop then runs over blocks of the update and the words alike.
     """
     k = fields_per_word(bits)
+    if k == 1:
+        codes = quantize_blocks(update.view(-1, BLOCK), inverse, method, levels,
+                                None if noise is None else noise.view(-1, BLOCK))
+        out.view(-1, BLOCK).copy_(codes.add_(levels))
+        return
     blocks = update.view(k, -1, BLOCK)
     codes = quantize_blocks(blocks, inverse.view(k, -1), method, levels,
                             None if noise is None else noise.view(k, -1, BLOCK))
     shifted = (codes + levels).to(torch.int32 if bits == 16 else torch.uint8)
-    out.copy_(fold(shifted.view(k, -1), bits))
+    out.view(-1, BLOCK).copy_(fold(shifted, bits))
 
 
 def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> None:
@@ -110,12 +117,14 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
     """Direction from the field sums T: S = 2 (T - offset) for votes, T - offset for levels; sign(S) or S / divisor.
 
     (votes: offset = world_size / 2, so S = 2T - world_size; levels: offset = world_size * levels; exact in float32)
+    Field plane j of the words goes straight to plane j of `out`: no [k, m] tensor of sums in between.
     """
-    total = spread(words, bits).view(-1)
-    direction = total.to(torch.float32) - offset
-    if votes:
-        direction = direction * 2
-    out.copy_(torch.sign(direction) if majority else direction / divisor)
+    planes = out.view(fields_per_word(bits), -1)
+    for j, total in enumerate(field_planes(words, bits)):
+        direction = total.to(torch.float32) - offset
+        if votes:
+            direction = direction * 2
+        planes[j].copy_(torch.sign(direction) if majority else direction / divisor)
 
 
 def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> None:

@@ -6,7 +6,8 @@ launcher, with the master address from the step's node list, see src.dist.slurm_
 `python -m src.train` is one process), picks the device and backend, and checks every constraint up front with a
 message that names the numbers (in the spirit of torchtitan's ParallelDims). It has no side effects, so a bad
 launch fails before anything starts. `init_process_group()` then applies the `network` config's environment (e.g.
-Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and starts the group.
+Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and the rank's thread count (src.dist.threads: the emulated
+cluster's share of the cores, or a warning when local ranks would oversubscribe them) and starts the group.
 
 Backend: NCCL on CUDA, gloo on CPU. `network=local` pins gloo to the loopback interface and CPU tensors (gloo's CUDA
 path lacks the all-to-all the 1-bit allreduce needs). A single process whose optimizer communicates (Lion 32-bit,
@@ -29,6 +30,7 @@ import torch.distributed as dist
 
 from src.comm.device import collective_device
 from src.dist.slurm_env import slurm_launch_env
+from src.dist.threads import apply_thread_share
 from src.errors import SetupError
 
 
@@ -148,6 +150,7 @@ def init_process_group(ctx: DistContext, network: Mapping[str, Any], run_index: 
     if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:
         os.environ.update(slurm_launch_env(os.environ))  # srun/submitit tasks: the rendezvous torchrun would give
     applied = apply_network_env(network)
+    apply_thread_share()
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
     timeout = timedelta(seconds=int(network.get("timeout_s", 1800)))

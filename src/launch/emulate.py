@@ -5,7 +5,9 @@
     python -m src.launch.emulate --cleanup
 
 Options (key=value before `--`): nodes (2), nproc_per_node (2), rate (1gbit; tc units, or none), mtu (1500),
-burst (bytes, default 8 ms at the rate and >= 64 KiB), latency (tbf queue, ms, 100), master_port (29500).
+burst (bytes, default 8 ms at the rate and >= 64 KiB), latency (tbf queue, ms, 100), master_port (29500),
+cores (share: each host gets its own share of the cores, the default; all: every host may use every core and its
+ranks keep their default thread count).
 Flags: --module M (default src.train), --timeout S (stop the job after S seconds), --cleanup (remove leftovers of
 crashed runs and exit). Everything after `--` goes to the module.
 
@@ -15,18 +17,24 @@ that host's link, streams each host's output prefixed `[h<i>]`, and returns the 
 runs: after success, failure, a failed job, Ctrl-C or SIGTERM (the torchrun process groups are stopped first).
 For `src.train` it adds `network=emulated` (conf/network/emulated.yaml) with the actual nodes, nproc_per_node and
 rate, unless another `network=` is given. The ranks also see LIONCUB_LINK_RATE (bits/s, or none).
-Deliberate difference from the paper's cluster: one machine's cores are shared by every rank, and no latency is
-added (no netem), so only the bandwidth of the inter-node network is emulated.
+Cores (`src.launch.cores`): with cores=share each host's torchrun runs under `taskset -c <its cores>`, a disjoint
+equal share of the cores this launcher may use, and its ranks get OMP_NUM_THREADS and LIONCUB_THREADS_PER_RANK
+= share // nproc_per_node (at least 1; `src.dist.threads` sets torch's thread count from it); the launcher prints
+the shares, and one more line when the ranks outnumber the cores and must share them.
+Deliberate differences from the paper's cluster: the hosts share one machine's memory bandwidth and caches, and no
+latency is added (no netem), so only the bandwidth of the inter-node network is emulated.
 """
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from src.launch import cluster as topo
+from src.launch import cores as core_share
 from src.launch import procs
 from src.launch.netns import EmulatorUnavailable, LinkSpec, NetnsError, check_prerequisites, format_rate, parse_rate
 
@@ -49,6 +57,7 @@ class Options:
     burst: int | None = None
     latency_ms: float = 100.0
     master_port: int = 29500
+    cores: str = "share"
     module: str = "src.train"
     timeout_s: float | None = None
     cleanup: bool = False
@@ -69,9 +78,13 @@ def _set(opts: Options, key: str, value: str) -> None:
             opts.burst = None if value in ("auto", "none") else int(value)
         elif key == "latency":
             opts.latency_ms = float(value.removesuffix("ms"))
+        elif key == "cores":
+            if value not in ("share", "all"):
+                raise UsageError(f"cores={value!r}: choose share (each host its own cores) or all")
+            opts.cores = value
         else:
             raise UsageError(f"unknown option {key}=; choose from nodes, nproc_per_node, rate, mtu, burst, latency, "
-                             "master_port")
+                             "master_port, cores")
     except ValueError as exc:
         raise UsageError(str(exc) if isinstance(exc, UsageError) or key == "rate" else
                          f"{key}={value!r} is not a number") from None
@@ -134,20 +147,45 @@ def job_args(opts: Options) -> list[str]:
     return args
 
 
-def host_command(opts: Options, cluster, host) -> list[str]:
+def host_command(opts: Options, cluster, host, cpus: tuple[int, ...] | None = None) -> list[str]:
+    """The host's torchrun inside its namespace, pinned to `cpus` when given."""
     master = cluster.hosts[0].address
-    return ["ip", "netns", "exec", host.netns, sys.executable, "-m", "torch.distributed.run",
+    pin = ["taskset", "-c", core_share.cpu_list(cpus)] if cpus else []
+    return [*pin, "ip", "netns", "exec", host.netns, sys.executable, "-m", "torch.distributed.run",
             "--nnodes", str(len(cluster.hosts)), "--node_rank", str(host.index),
             "--nproc_per_node", str(opts.nproc_per_node), "--master_addr", master,
             "--master_port", str(opts.master_port), "--rdzv_backend", "static", "--max_restarts", "0",
             "-m", opts.module, *job_args(opts)]
 
 
-def host_env(opts: Options, host) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_ENV and not k.startswith("TORCHELASTIC_")}
+def host_env(opts: Options, host, threads: int | None = None) -> dict[str, str]:
+    """The host's environment; `threads` per rank (OpenMP and torch) when the host has its share of the cores."""
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_ENV and not k.startswith("TORCHELASTIC_")
+           and k != core_share.SHARE_VAR}
     env.update(GLOO_SOCKET_IFNAME=host.ifname, NCCL_SOCKET_IFNAME=host.ifname, PYTHONUNBUFFERED="1",
                LIONCUB_LINK_RATE=str(opts.rate) if opts.rate is not None else "none")
+    if threads is not None:
+        env.update(OMP_NUM_THREADS=str(threads), **{core_share.SHARE_VAR: str(threads)})
     return env
+
+
+def plan_cores(opts: Options) -> core_share.CoreShare | None:
+    """Each host's cores (None with cores=all), announced in a line or two."""
+    if opts.cores == "all":
+        procs.say("cores=all: every host may use every core, and its ranks keep their default thread count")
+        return None
+    if shutil.which("taskset") is None:
+        raise EmulatorUnavailable("cores=share pins each host with taskset (package util-linux), not found on PATH; "
+                                  "install it, or give cores=all")
+    share = core_share.plan(opts.nodes, opts.nproc_per_node)
+    procs.say(share.describe())
+    if share.note():
+        procs.say(share.note())
+    given = os.environ.get("OMP_NUM_THREADS")
+    if given is not None and given != str(share.threads_per_rank):
+        procs.say(f"OMP_NUM_THREADS={given} from the environment replaced by the share, "
+                  f"{share.threads_per_rank} (cores=all keeps it)")
+    return share
 
 
 class _Interrupted(Exception):
@@ -178,9 +216,12 @@ def run(opts: Options) -> int:
         cluster = topo.reserve(opts.link)
         topo.build(cluster, opts.nodes)
         procs.say(topo.describe(cluster))
+        share = plan_cores(opts)
         for host in cluster.hosts:
-            hosts.append(procs.start(f"h{host.index}", host_command(opts, cluster, host), host_env(opts, host),
-                                     cwd=str(REPO_ROOT)))
+            cpus = share.hosts[host.index] if share else None
+            threads = share.threads_per_rank if share else None
+            hosts.append(procs.start(f"h{host.index}", host_command(opts, cluster, host, cpus),
+                                     host_env(opts, host, threads), cwd=str(REPO_ROOT)))
         procs.wait_all(hosts, timeout_s=opts.timeout_s)
         code = procs.worst_exit_code(hosts)
     except _Interrupted as exc:

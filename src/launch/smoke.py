@@ -4,8 +4,9 @@
 
 Every rank contributes `rank + 1` in each of `numel` float32 elements to one SUM allreduce and checks that it got
 `world_size * (world_size + 1) / 2` everywhere. It prints one line per rank with the bytes its host's link
-(GLOO_SOCKET_IFNAME) sent during the allreduce, read from /sys/class/net/<ifname>/statistics/tx_bytes, so a
-caller can see the traffic crossed the emulated link. `--fail-rank R` makes rank R raise after the check, to
+(GLOO_SOCKET_IFNAME) sent during the allreduce, read from /sys/class/net/<ifname>/statistics/tx_bytes, so a caller
+can see the traffic crossed the emulated link, and the cores the rank may run on (its affinity) and its torch thread
+count, after `src.dist.threads` applied the launcher's share. `--fail-rank R` makes rank R raise after the check, to
 exercise a launcher's failure path. Exits non-zero when the result is wrong.
 """
 from __future__ import annotations
@@ -16,6 +17,10 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+from src.dist.threads import apply_thread_share
+from src.launch.cores import cpu_list
+from src.utils.machine import usable_cpus
 
 
 def link_tx_bytes() -> int | None:
@@ -35,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numel", type=int, default=1 << 20)
     parser.add_argument("--fail-rank", type=int, default=None)
     args = parser.parse_args(argv)
+    apply_thread_share()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     tensor = torch.full((args.numel,), float(rank + 1))
@@ -47,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = bool(torch.all(tensor == expected))
     sent = "unknown" if before is None or after is None else str(after - before)
     print(f"smoke: rank {rank}/{world} allreduce {'ok' if ok else 'WRONG'} (expected {expected:g}, got "
-          f"{tensor[0].item():g}); link {os.environ.get('GLOO_SOCKET_IFNAME', '-')} sent {sent} bytes", flush=True)
+          f"{tensor[0].item():g}); link {os.environ.get('GLOO_SOCKET_IFNAME', '-')} sent {sent} bytes; cpus "
+          f"{cpu_list(usable_cpus())} threads {torch.get_num_threads()}", flush=True)
     if args.fail_rank == rank:
         raise RuntimeError(f"smoke: rank {rank} fails on purpose (--fail-rank {rank})")
     dist.barrier()

@@ -152,4 +152,6 @@ def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, le
     else:  # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
         q = y.abs_().clamp_(min=torch.finfo(torch.float32).tiny).log2_().round_().add_(levels).clamp_(0, levels)
         q.mul_(torch.sign(x))
-    return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map)
+    if torch.compiler.is_compiling():  # q != q is a vector compare; inductor's isnan is a scalar loop per vector
+        return q.masked_fill_(q != q, 0.0)
+    return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map, same as above)

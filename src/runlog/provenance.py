@@ -1,13 +1,14 @@
 """`provenance.json`: where and how a run was made (Lion Cub, Section 7: results depend on network, GPUs, versions).
 
 Records the git commit and whether the work tree was dirty, the torch / CUDA / NCCL versions, the world size, node
-count and every rank's host and device (gathered from all ranks), the network variables applied before the
-process group started, and the exact command line with the Hydra overrides.
+count and every rank's host, device, cores (its affinity: under the emulated cluster, its host's share) and
+thread count (gathered from all ranks), the machine (`machine`: rank 0's CPU model, the ISA torch dispatches to,
+the core count; src.utils.machine), the network variables applied before the process group started, and the exact
+command line with the Hydra overrides.
 """
 from __future__ import annotations
 
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 
 from src.dist.process_group import DistContext
+from src.utils import machine
 
 _LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_JOB_NODELIST",
                 "SLURM_NNODES", "CUDA_VISIBLE_DEVICES", "NCCL_IB_DISABLE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -37,12 +39,13 @@ def git_state() -> dict:
 
 
 def rank_info(ctx: DistContext) -> dict:
-    """This rank's host and device (gathered on rank 0 for provenance)."""
-    info = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(), "device": str(ctx.device)}
+    """This rank's host, device, cores and threads (gathered on rank 0 for provenance)."""
+    info = {"rank": ctx.rank, "local_rank": ctx.local_rank, "host": socket.gethostname(), "device": str(ctx.device),
+            "cpus": machine.usable_cpus(), "threads": torch.get_num_threads()}
     if ctx.device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(ctx.device)
     else:
-        info["device_name"] = platform.processor() or platform.machine()
+        info["device_name"] = machine.cpu_model()
     return info
 
 
@@ -70,6 +73,8 @@ def collect(ctx: DistContext, ranks: list[dict], network_env: dict[str, str], ov
         "local_world_size": ctx.local_world_size,
         "hostname": socket.gethostname(),
         "ranks": ranks,
+        "machine": {k: v for k, v in machine.describe().items() if k in ("cpu_model", "cpu_isa", "cores")},
+        "threads_per_rank": sorted({r.get("threads") for r in ranks if r.get("threads") is not None}),
         "command": sys.orig_argv if hasattr(sys, "orig_argv") else [sys.executable, *sys.argv],
         "argv": sys.argv,
         "overrides": overrides,
