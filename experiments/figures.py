@@ -42,15 +42,17 @@ def select(figs: str | None, scale: str, overrides: list[str]) -> list[Manifest]
     return manifests
 
 
-DATASETS = (("src.data.laptop_corpus", "--out", "data/laptop_text"), ("src.data.demo_corpus", "--out", "data/demo_text"),
-            ("src.data.synthetic_cifar", "--root", "data/synthetic_cifar"))
+# (module, flag, folder, the file whose presence means the folder is complete: the corpora write meta.json last)
+DATASETS = (("src.data.laptop_corpus", "--out", "data/laptop_text", "meta.json"),
+            ("src.data.demo_corpus", "--out", "data/demo_text", "meta.json"),
+            ("src.data.synthetic_cifar", "--root", "data/synthetic_cifar", ""))
 
 
 def prepare_data() -> None:
     """The embedded datasets the laptop and tiny runs train on, made once (no download): the laptop corpus and
     the demo corpus (GPT) and the synthetic CIFAR (vision)."""
-    for module, flag, folder in DATASETS:
-        if not (REPO / folder).exists():
+    for module, flag, folder, done in DATASETS:
+        if not (REPO / folder / done).exists():
             tqdm.write(f"[figures] preparing {folder}")
             subprocess.run([sys.executable, "-m", module, flag, folder], cwd=REPO, check=True,
                            stdout=subprocess.DEVNULL)

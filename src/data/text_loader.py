@@ -110,8 +110,9 @@ class TokenWindows:
             raise DataError(f"TokenWindows state was saved for {theirs} but this loader is {mine}; resuming would "
                             "not continue the same stream. Resume with the same seed, world size and rank layout.")
         if state.get("vocab_sha256") != self.vocab_sha256:
-            raise DataError(f"the checkpoint was made with token vocabulary {_vocab_name(state.get('vocab_sha256'))} but "
-                            f"{self.data_dir} holds {_vocab_name(self.vocab_sha256)}; resume with the data.dir the run "
-                            "was trained on (its config.yaml names it), or start a fresh run.")
+            saved = _vocab_name(state.get("vocab_sha256"))
+            raise DataError(f"the checkpoint was made with token vocabulary {saved} but {self.data_dir} holds "
+                            f"{_vocab_name(self.vocab_sha256)}; resume with the data.dir the run was trained on (its "
+                            "config.yaml names it), or start a fresh run.")
         self.generator.set_state(state["generator_state"])
         self.batches_drawn = int(state["batches_drawn"])
