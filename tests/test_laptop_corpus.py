@@ -3,7 +3,8 @@
 A slice of the corpus (the first modules of each source) is built twice with the network closed: the same bytes
 both times. The compact vocabulary round-trips text made of its tokens, maps the rest to <unk>, and is refused by
 a model of another vocab_size and by a checkpoint made with another vocabulary (one line, exit 2, nothing written).
-A checkpoint made with it resumes on real gloo ranks bitwise like the uninterrupted run, and evaluates with it.
+A checkpoint made with it resumes on real gloo ranks bitwise like the uninterrupted run, and evaluates with it
+(marked slow: four torchrun launches).
 """
 from __future__ import annotations
 
@@ -159,6 +160,7 @@ def metric_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # four torchrun launches: about a minute on 2 idle cores
 def test_checkpoint_resumes_and_evaluates_with_the_compact_vocabulary(laptop_slice, tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "run"
     for proc in (torchrun(*laptop_args(laptop_slice, ref, 8)), torchrun(*laptop_args(laptop_slice, run, 4))):
@@ -181,7 +183,8 @@ def test_checkpoint_resumes_and_evaluates_with_the_compact_vocabulary(laptop_sli
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     proc = torchrun(*laptop_args(other, run, 12, "resume=true"))
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "exitcode  : 2" in out and "Traceback" not in out.split("torch.distributed")[0]
+    assert proc.returncode != 0 and "exitcode  : 2" in out, out[-3000:]
+    assert "src/data/" not in out and "src/engine/" not in out, out[-3000:]  # a message, no worker traceback
     line = next(ln for ln in out.splitlines() if "checkpoint was made with token vocabulary" in ln)
     assert "resume with the data.dir the run was trained on" in line
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
