@@ -26,8 +26,12 @@ bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and w
 	$(PYTHON) -m src.bench.core_throughput
 
 .PHONY: demo
-demo: install  ## 2 CPU processes (torchrun, gloo): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; loss figures + timing table
+demo: install laptop-data  ## 2 CPU processes (torchrun, gloo): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; loss figures + timing table
 	OMP_NUM_THREADS=1 $(PYTHON) -m src.demo $(DEMO_ARGS)
+
+.PHONY: laptop-data
+laptop-data: install  ## the laptop corpus (docstrings of CPython and PyTorch, compact vocabulary) in data/laptop_text, offline
+	$(PYTHON) -m src.data.laptop_corpus --out data/laptop_text
 
 .PHONY: bench
 bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethernet cluster, 1 Gbit/s and unlimited (root)

@@ -1,8 +1,9 @@
-"""`make figures`: run every laptop-scale manifest here and redraw every figure and table of Lion Cub
+"""`make figures`: run every laptop-scale manifest (the scale model of docs/scale_model.md; `--scale tiny`: the
+quick GPT-2++ tiny runs) here and redraw every figure and table of Lion Cub
 (arXiv:2411.16462) into results/figures/, with an index that sets each beside the paper's caption and says, from
 the measured numbers, whether this run shows the paper's finding.
 
-    python -m experiments.figures [--figs table2,fig5] [--scale laptop] [--runs results/runs]
+    python -m experiments.figures [--figs table2,fig5] [--scale laptop|tiny] [--runs results/runs]
                                   [--out results/figures] [--override KEY=VALUE ...] [--no-run]
 
 Steps: load the chosen manifests (all by default; `--figs` / FIGS= picks some); run each distinct run once
@@ -26,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from experiments.index import FigureEntry, write_index
-from experiments.manifest import REPO, Manifest, ManifestError, load_manifest, manifest_names
+from experiments.manifest import REPO, SCALES, Manifest, ManifestError, load_manifest, manifest_names
 from experiments.runner import Outcome, is_finished, recorded_seconds, run, run_folder
 
 
@@ -41,15 +42,17 @@ def select(figs: str | None, scale: str, overrides: list[str]) -> list[Manifest]
     return manifests
 
 
-DATASETS = (("src.data.demo_corpus", "--out", "data/demo_text"), ("src.data.synthetic_cifar", "--root",
-                                                                   "data/synthetic_cifar"))
+# (module, flag, folder, the file whose presence means the folder is complete: the corpora write meta.json last)
+DATASETS = (("src.data.laptop_corpus", "--out", "data/laptop_text", "meta.json"),
+            ("src.data.demo_corpus", "--out", "data/demo_text", "meta.json"),
+            ("src.data.synthetic_cifar", "--root", "data/synthetic_cifar", ""))
 
 
 def prepare_data() -> None:
-    """The embedded datasets the laptop runs train on, made once (no download): the demo corpus (GPT) and the
-    synthetic CIFAR (vision)."""
-    for module, flag, folder in DATASETS:
-        if not (REPO / folder).exists():
+    """The embedded datasets the laptop and tiny runs train on, made once (no download): the laptop corpus and
+    the demo corpus (GPT) and the synthetic CIFAR (vision)."""
+    for module, flag, folder, done in DATASETS:
+        if not (REPO / folder / done).exists():
             tqdm.write(f"[figures] preparing {folder}")
             subprocess.run([sys.executable, "-m", module, flag, folder], cwd=REPO, check=True,
                            stdout=subprocess.DEVNULL)
@@ -102,7 +105,8 @@ def analyse(m: Manifest, outcomes: dict[str, Outcome], root: Path, out: Path) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.figures", description=__doc__.split("\n\n")[0])
     parser.add_argument("--figs", default=None, help="comma-separated manifest names (default: all)")
-    parser.add_argument("--scale", default="laptop", choices=("laptop", "paper"))
+    parser.add_argument("--scale", default="laptop", choices=SCALES,
+                        help="laptop: the scale model of the paper (default); tiny: the quick GPT-2++ tiny runs")
     parser.add_argument("--runs", type=Path, default=Path("results/runs"))
     parser.add_argument("--out", type=Path, default=Path("results/figures"))
     parser.add_argument("--override", action="append", default=[], help="Hydra override for every training run")

@@ -1,18 +1,21 @@
 """Experiment manifests: one YAML file per figure and table of Lion Cub (arXiv:2411.16462), listing the runs that
 produce it at two scales (contract 5 between branches).
 
-    python -m experiments.manifest fig5 [--scale laptop|paper]     # print the runs and their launch commands
+    python -m experiments.manifest fig5 [--scale laptop|tiny|paper]     # print the runs and their launch commands
 
 `experiments/<name>.yaml` holds `name`, `figure` ("Fig. 5"), `figure_title` and `caption` (the paper's),
 `finding` (the paper's text stating what the figure shows), `analysis` (the module that draws it, e.g.
-analysis.fig5) and `scales.paper` / `scales.laptop`, each with optional `defaults` and a list of `runs`. A run
+analysis.fig5) and `scales.paper` / `scales.laptop` / `scales.tiny`, each with optional `defaults` and a list of
+`runs`. Three scales: `paper` (the paper's runs on a Slurm cluster), `laptop` (the laptop scale model of the paper:
++exp=laptop, the paper's proportions kept on 2 CPU cores, docs/scale_model.md) and `tiny` (the earlier laptop
+runs: GPT-2++ tiny on the demo corpus, +exp=demo; quick checks, not a scale model). A run
 has a `name` (unique in the manifest), Hydra `overrides` (a preset `+exp=NAME` of conf/exp/ plus deltas),
 optional `seeds` (one run per seed, named `<name>-seed<N>`, `seed=<N>` added), `nodes`, `nproc_per_node`,
 `launcher` (`torchrun`, or `emulate`: the emulated cluster of src.launch.emulate on one machine, with `rate`),
 `module` (default src.train; the communication benchmark for Table 1 / Fig. 2, with `args`), `label` (how
 figures name the run: the override `++run.label='...'` is added), and `minutes` (estimated cost on 2 CPU cores,
-laptop scale). A scale's `defaults` fill what a run leaves out (their overrides
-come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (`laptop:` / `paper:` sections)
+laptop and tiny scales). A scale's `defaults` fill what a run leaves out (their overrides
+come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (one section per scale)
 so that manifests sharing a run share its folder; defaults do not apply to it, its own keys are added on top.
 
 `load_manifest(name_or_path, scale)` checks everything a launcher would trip over and raises ManifestError
@@ -37,7 +40,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PRESETS = REPO / "conf" / "exp"
 COMMON = HERE / "common.yaml"
-SCALES = ("paper", "laptop")
+SCALES = ("paper", "laptop", "tiny")
+CPU_SCALES = ("laptop", "tiny")  # run by `make figures` on 2 CPU cores; every run states its minutes
 LAUNCHERS = ("torchrun", "emulate")
 RUN_KEYS = {"name", "overrides", "seeds", "seed", "nodes", "nproc_per_node", "launcher", "module", "args", "rate",
             "minutes", "use", "label"}
@@ -218,7 +222,7 @@ def check_run(spec: RunSpec, scale: str, where: str) -> None:
 
 
 def load_manifest(name_or_path: str | Path, scale: str) -> Manifest:
-    """The manifest `name_or_path` (a name in experiments/ or a YAML path) at `scale` (paper | laptop)."""
+    """The manifest `name_or_path` (a name in experiments/ or a YAML path) at `scale` (paper | laptop | tiny)."""
     if scale not in SCALES:
         raise ManifestError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     path = _resolve(name_or_path)

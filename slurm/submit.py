@@ -45,7 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", nargs="+", metavar="MANIFEST|OVERRIDE",
                         help="an experiment manifest (name or path) then overrides for every run, or overrides only")
-    parser.add_argument("--scale", choices=["paper", "laptop"], default=None, help="a manifest's scale (paper)")
+    parser.add_argument("--scale", choices=["paper", "laptop", "tiny"], default=None,
+                        help="a manifest's scale (paper)")
     parser.add_argument("--dry-run", action="store_true", help="print the scripts and sbatch commands, submit nothing")
     parser.add_argument("--profile", default=os.environ.get("LIONCUB_SLURM_PROFILE", DEFAULT_PROFILE),
                         help="cluster profile name (slurm/profiles/) or YAML path")

@@ -1,6 +1,8 @@
-"""Experiment manifests (contract 5): every manifest loads at both scales, each run it names composes with the
-real Hydra config (so every preset exists and every override applies), world sizes and periodic checkpoints are
-consistent, runs shared between manifests share one folder, and a bad manifest is a message, exit status 2."""
+"""Experiment manifests (contract 5): every manifest loads at every scale (paper, laptop, tiny), each run it names
+composes with the real Hydra config (so every preset exists and every override applies), world sizes and periodic
+checkpoints are consistent, runs shared between manifests share one folder, every laptop run's tokens fit inside
+the laptop corpus (no training token twice) in its model's vocabulary, and a bad manifest is a message, exit
+status 2."""
 from __future__ import annotations
 
 import subprocess
@@ -12,7 +14,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from experiments.manifest import ManifestError, RunSpec, load_manifest, manifest_names
+from experiments.manifest import CPU_SCALES, SCALES, ManifestError, RunSpec, load_manifest, manifest_names
 from experiments.runner import command, run_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ def test_one_manifest_per_figure_and_table():
     assert set(manifest_names()) == EXPECTED
 
 
-@pytest.mark.parametrize("scale", ["laptop", "paper"])
+@pytest.mark.parametrize("scale", SCALES)
 def test_every_run_composes(scale):
     composed: dict[tuple, object] = {}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
@@ -55,26 +57,50 @@ def test_every_run_composes(scale):
                 cfg = composed[key]
                 if cfg.get("expect_world_size") is not None:
                     assert cfg.expect_world_size == spec.world_size, (name, spec.name)
-                if scale == "laptop":
+                if scale in CPU_SCALES:
                     assert spec.minutes, (name, spec.name)
                     assert spec.launcher == "emulate" or spec.nodes == 1, (name, spec.name)
                 assert "'" not in (cfg.run.get("label") or ""), (name, spec.name)
     assert len(composed) > 40
 
 
-def test_laptop_cost_and_sharing():
-    shared = {name: [run_folder(s, Path("r")).name for s in load_manifest(name, "laptop").runs]
+@pytest.mark.parametrize("scale", CPU_SCALES)
+def test_laptop_cost_and_sharing(scale):
+    shared = {name: [run_folder(s, Path("r")).name for s in load_manifest(name, scale).runs]
               for name in ("table2", "fig4", "fig5", "fig8", "figC2", "fig10", "tableA1", "fig6", "fig9")}
     assert shared["fig4"] == shared["fig5"] == shared["fig8"] == shared["figC2"] == shared["table2"][:1]
     assert shared["fig10"] == shared["tableA1"] and set(shared["fig9"][2:]) <= set(shared["fig6"])
-    distinct = {run_folder(s, Path("r")).name: s for n in manifest_names() for s in load_manifest(n, "laptop").runs}
+    distinct = {run_folder(s, Path("r")).name: s for n in manifest_names() for s in load_manifest(n, scale).runs}
     assert sum(s.minutes for s in distinct.values()) < 60
+
+
+def test_laptop_token_budget_fits_inside_the_corpus():
+    """Every laptop GPT run draws at most as many training tokens (steps x ranks x batch x block, from its resolved
+    config) as the laptop corpus guarantees, in the corpus's compact vocabulary: no token is seen twice in
+    expectation, as in the paper's runs (3 % of an OpenWebText epoch at Table 2's iteration 3000)."""
+    from src.data.laptop_corpus import LAPTOP_MIN_TRAIN_TOKENS, LAPTOP_VOCAB_SIZE
+
+    budgets = {}
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        for name in manifest_names():
+            for spec in load_manifest(name, "laptop").runs:
+                if spec.module != "src.train" or run_folder(spec, Path("r")).name in budgets:
+                    continue
+                cfg = compose(config_name="config", overrides=composable(spec))
+                if cfg.data.kind != "tokens":
+                    continue
+                assert cfg.data.dir == "data/laptop_text" and cfg.model.params.vocab_size == LAPTOP_VOCAB_SIZE, \
+                    (name, spec.name)
+                tokens = cfg.train.steps * spec.world_size * cfg.data.batch_size * cfg.data.block_size
+                assert tokens <= LAPTOP_MIN_TRAIN_TOKENS, (name, spec.name, tokens)
+                budgets[run_folder(spec, Path("r")).name] = tokens
+    assert len(budgets) > 20
 
 
 def test_commands():
     spec = load_manifest("fig12", "laptop").runs[0]
     cmd = command(spec, Path("/x"))
-    assert cmd[1:8] == ["-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", "rate=1gbit", "--", "+exp=demo"]
+    assert cmd[1:8] == ["-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", "rate=1gbit", "--", "+exp=laptop"]
     assert cmd[-1] == "run.dir=/x" and "++run.label='Lion 32bit'" in cmd
     bench = load_manifest("table1", "laptop").runs[0]
     assert command(bench, Path("/x"))[-2:] == ["--out", "/x/comm.csv"]

@@ -119,9 +119,9 @@ def test_two_runs_finish_on_the_two_nodes(slurm, demo_tokens, tmp_path):
 
 @pytest.mark.slow
 def test_a_laptop_manifest_of_two_runs_finishes(slurm, demo_tokens, tmp_path):
-    """Table 2's laptop manifest (experiments/table2.yaml: 4 and 8 workers), shortened, as 2 nodes x 2 ranks: both
-    runs finish and their folders hold the statistics the figure reads."""
-    folder = submit(slurm, tmp_path, "table2", "--scale", "laptop", "--nodes", "2", "--nproc-per-node", "2",
+    """Table 2's tiny-scale manifest (experiments/table2.yaml: 4 and 8 workers), shortened, as 2 nodes x 2 ranks:
+    both runs finish and their folders hold the statistics the figure reads."""
+    folder = submit(slurm, tmp_path, "table2", "--scale", "tiny", "--nodes", "2", "--nproc-per-node", "2",
                     "train.steps=4", "stats.every=2", "train.eval_every=2", f"data.dir={demo_tokens}", *TINY)
     wait_until_done(slurm, folder)
     proc = status(slurm, folder)

@@ -4,7 +4,8 @@ Each of the paper's workers trains on its own mini-batches of OpenWebText with s
 D.1). As in nanoGPT, a batch is `batch_size` windows of `block_size + 1` tokens at uniformly random offsets of the
 prepared `.bin` file; `x` is the first `block_size` tokens and `y` the same window shifted by one. Every rank draws
 from its own generator, seeded from `(seed, rank)`, so workers see different windows and a run is reproducible.
-`state_dict()` captures the generator and the batch counter, so a resumed run continues the same stream.
+`state_dict()` captures the generator, the batch counter and the vocabulary's fingerprint (a compact vocabulary,
+`compact_vocab.py`), so a resumed run continues the same stream in the same numbering.
 Sampling is with replacement and has no notion of epochs, like nanoGPT (the paper does not say how it samples).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .compact_vocab import CompactVocab
 from .errors import DataError
 from .token_meta import bin_path, check_split_file, prepare_hint, read_meta
 
@@ -35,6 +37,13 @@ def validate_token_folder(data_dir: str | Path, split: str, block_size: int, voc
             f"{bin_path(data_dir, split)} holds {n_tokens} tokens, fewer than one window of block_size+1 = "
             f"{block_size + 1}. Use a smaller block_size, a larger corpus, or (for val) a larger --val-fraction."
         )
+    vocab = CompactVocab.from_meta(meta)
+    if vocab is not None and vocab_size is not None and vocab_size != vocab.vocab_size:
+        raise DataError(
+            f"{data_dir} is in a compact vocabulary of {vocab.vocab_size} ids (src.data.compact_vocab) but the "
+            f"model's vocab_size is {vocab_size}; set model.params.vocab_size={vocab.vocab_size} (model=gpt_laptop "
+            "states the laptop corpus's), or point data.dir at a corpus prepared for this model."
+        )
     if vocab_size is not None and int(meta["max_token_id"]) >= vocab_size:
         raise DataError(
             f"{data_dir}: token ids go up to {meta['max_token_id']} ({meta.get('tokenizer', '?')} tokenizer, "
@@ -42,6 +51,10 @@ def validate_token_folder(data_dir: str | Path, split: str, block_size: int, voc
             f"vocab_size to at least {int(meta['max_token_id']) + 1} (e.g. {meta['vocab_size']})."
         )
     return meta
+
+
+def _vocab_name(sha256: str | None) -> str:
+    return "GPT-2 (50257 ids)" if sha256 is None else f"compact {sha256[:12]}"
 
 
 class TokenWindows:
@@ -64,6 +77,7 @@ class TokenWindows:
         self.n_tokens = int(self.meta[f"{split}_tokens"])
         self.generator = torch.Generator().manual_seed(rank_seed(seed, rank))
         self.batches_drawn = 0
+        self.vocab_sha256 = self.meta.get("vocab_sha256")  # None: GPT-2's own numbering
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """`x`, `y`: int64 tensors of shape (batch_size, block_size) with `y[:, t] == x[:, t + 1]` within a window."""
@@ -85,7 +99,8 @@ class TokenWindows:
 
     def state_dict(self) -> dict:
         return {"generator_state": self.generator.get_state(), "batches_drawn": self.batches_drawn,
-                "seed": self.seed, "rank": self.rank, "world_size": self.world_size, "split": self.split}
+                "seed": self.seed, "rank": self.rank, "world_size": self.world_size, "split": self.split,
+                "vocab_sha256": self.vocab_sha256}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream saved by `state_dict()`; it must come from the same rank, seed and split."""
@@ -94,5 +109,10 @@ class TokenWindows:
         if theirs != mine:
             raise DataError(f"TokenWindows state was saved for {theirs} but this loader is {mine}; resuming would "
                             "not continue the same stream. Resume with the same seed, world size and rank layout.")
+        if state.get("vocab_sha256") != self.vocab_sha256:
+            saved = _vocab_name(state.get("vocab_sha256"))
+            raise DataError(f"the checkpoint was made with token vocabulary {saved} but {self.data_dir} holds "
+                            f"{_vocab_name(self.vocab_sha256)}; resume with the data.dir the run was trained on (its "
+                            "config.yaml names it), or start a fresh run.")
         self.generator.set_state(state["generator_state"])
         self.batches_drawn = int(state["batches_drawn"])

@@ -21,8 +21,8 @@ A run's config states every architecture number (conf/model/gpt*.yaml; the
 resolved config is the record of the run): `check_stated` refuses a config
 that leaves one out, and `build_gpt` refuses numbers that contradict the
 Appendix D.1 size a config names (`size: 774m` with `n_layer: 12`), so no run
-is labelled with a size it does not have. `tiny` and `mini` are our own CPU
-shapes and may be resized freely.
+is labelled with a size it does not have. `tiny`, `mini` and `laptop` are our
+own CPU shapes and may be resized freely.
 
 Choices the paper does not state (deliberate, documented here):
 - The MLP is SwiGLU, down(silu(gate(x)) * up(x)), with hidden width chosen so
@@ -31,7 +31,9 @@ Choices the paper does not state (deliberate, documented here):
   multiple of 64. This keeps the parameter counts at the nominal sizes.
 - No biases anywhere (LLaMA style); RMSNorm has a learnable scale only.
 - vocab_size defaults to GPT-2's 50257 (not padded to 50304 as nanoGPT does).
-- Two small sizes, `tiny` and `mini`, exist for CPU tests and smoke runs.
+- Small sizes, `tiny` and `mini`, exist for CPU tests and smoke runs; `laptop` is the laptop scale model of the
+  774M run (docs/scale_model.md): 4 x 256 on a compact vocabulary of 1024 ids (src/data/compact_vocab.py), so
+  that vocabulary-sized weights are about as large a share of the model as in the paper.
 """
 
 import math
@@ -78,10 +80,11 @@ class GPTConfig:
         return 64 * math.ceil(8 * self.n_embd / 3 / 64)
 
 
-# Appendix D.1 sizes, plus two CPU-sized ones (block_size overridable).
+# Appendix D.1 sizes, plus three CPU-sized ones (block_size overridable).
 GPT_SIZES: dict[str, dict] = {
     "tiny": dict(n_layer=2, n_head=2, n_embd=64, block_size=256),
     "mini": dict(n_layer=4, n_head=4, n_embd=128, block_size=256),
+    "laptop": dict(n_layer=4, n_head=4, n_embd=256, block_size=64, vocab_size=1024),
     "124m": dict(n_layer=12, n_head=12, n_embd=768),
     "350m": dict(n_layer=24, n_head=16, n_embd=1024),
     "774m": dict(n_layer=36, n_head=20, n_embd=1280),
