@@ -15,13 +15,15 @@ the two nearest points, at most twice, when the verified share misses the target
 
 The result is cached in `results/calibration/<network>-<key>.json` (written whole or not at all); the key digests
 the machine (CPU model, ISA, cores), the cluster shape and the setting, so a run on the same machine and setting
-reuses it and another machine calibrates anew. The file records the target share and the paper's row it comes
-from, the machine, every calibration run's times, the fit, the rate, and the verified share.
+reuses it and another machine calibrates anew. The file records the target share (the network config's `share`,
+quoted from Table A.1), the machine, every calibration run's times, the fit, the rate, and the verified share.
 
 Errors (one line, `CalibrationError`): a share outside (0, 1); a setting whose communication cannot be made to
 reach the share (its rate-independent part `a` already exceeds the target, or the rate would have to exceed what
 the emulated link can carry, `MAX_RATE`); a verification that still misses after the refits. Deliberate difference
-from the paper: the share is matched for Lion 32-bit only; the other variants' shares follow from their bytes and
+from the paper: the share is matched for Lion 32-bit only, and on the machine as busy as it is during the
+calibration (the record keeps the load average; a calibration made while other jobs shared the cores gives a
+slower link than a quiet machine needs: rerun with --force); the other variants' shares follow from their bytes and
 this machine's quantization cost.
 """
 from __future__ import annotations
@@ -49,10 +51,10 @@ MIN_RATE = 8_000          # tc's floor for a usable link (src.launch.netns.parse
 # The fastest link the emulator shapes faithfully here: the unlimited veth path measured 5.36 Gbit/s
 # (docs/emulated_cluster.md, "Fitted alpha-beta model"); a rate above it is not a limit on this machine.
 MAX_RATE = 5 * 10**9
-STEPS, TIMING_SKIP = 12, 2  # per calibration run: 10 timed steps
+STEPS, TIMING_SKIP = 10, 2  # per calibration run: 8 timed steps
 # Overrides of a job that do not change a Lion 32-bit step's compute or bytes; the calibration drops them.
 IGNORED = ("variant", "train.", "run.", "checkpoint.", "logger", "network", "stats.", "seed", "resume", "fault.",
-           "guard.", "nonfinite.")
+           "guard.", "nonfinite.", "data.dir")
 
 
 class CalibrationError(RuntimeError):
@@ -184,7 +186,8 @@ def run_lion32(rate: int, overrides: list[str], nodes: int, nproc_per_node: int,
     with log.open("w") as f:
         code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     if code != 0:
-        tail = " | ".join(log.read_text().strip().splitlines()[-3:])
+        lines = log.read_text().strip().splitlines()
+        tail = next((ln for ln in lines if "lioncub: " in ln), " | ".join(lines[-3:]))
         raise CalibrationError(f"the calibration run at {rate} bit/s failed (exit {code}): {tail}")
     point = timed_point(run_dir, rate)
     say(f"calibrate: Lion 32-bit at {rate / 1e6:.1f} Mbit/s: communicate {1000 * point.communicate:.0f} ms of "
@@ -224,7 +227,8 @@ def calibrate(network: str, overrides: list[str], nodes: int, nproc_per_node: in
             "fit": {"a_ms": round(1000 * a, 3), "k_bits": round(k), "compute_ms": round(1000 * compute, 2)},
             "runs": [p.record() for p in points], "machine": machine(), "nodes": nodes,
             "nproc_per_node": nproc_per_node, "setting": overrides, "steps_per_run": STEPS,
-            "timing_skip": TIMING_SKIP, "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "timing_skip": TIMING_SKIP, "load_average_1min": round(os.getloadavg()[0], 2),
+            "made": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 def write_atomically(path: Path, record: dict) -> None:
