@@ -34,7 +34,7 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 	$(PYTHON) -m src.bench.comm_suite --out results/bench/comm
 
 .PHONY: table-a1
-table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
+table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, paper-equivalent Ethernet and InfiniBand links (root)
 	$(PYTHON) -m src.data.demo_corpus --out data/demo_text
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
 

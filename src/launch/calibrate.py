@@ -52,9 +52,11 @@ MIN_RATE = 8_000          # tc's floor for a usable link (src.launch.netns.parse
 # (docs/emulated_cluster.md, "Fitted alpha-beta model"); a rate above it is not a limit on this machine.
 MAX_RATE = 5 * 10**9
 STEPS, TIMING_SKIP = 10, 2  # per calibration run: 8 timed steps
-# Overrides of a job that do not change a Lion 32-bit step's compute or bytes; the calibration drops them.
+# Overrides of a job that do not change a Lion 32-bit step's compute or bytes; the calibration drops them. The batch
+# size changes the compute but not the bytes: it is left out so that one link serves every batch size of a model
+# (Fig. 11 varies the batch on the paper's one network); the calibration runs at the config's own batch size.
 IGNORED = ("variant", "train.", "run.", "checkpoint.", "logger", "network", "stats.", "seed", "resume", "fault.",
-           "guard.", "nonfinite.", "data.dir")
+           "guard.", "nonfinite.", "data.dir", "data.batch_size")
 
 
 class CalibrationError(RuntimeError):
@@ -100,9 +102,25 @@ def setting(job_args: list[str]) -> list[str]:
 
 
 def cache_path(network: str, nodes: int, nproc_per_node: int, overrides: list[str], where: Path = CACHE_DIR) -> Path:
+    """`<where>/<network>-<key>`: the key digests machine, cluster shape and setting (the links of one setting share
+    it, so one link's calibration runs seed another's)."""
     blob = json.dumps({"machine": machine(), "nodes": nodes, "nproc_per_node": nproc_per_node,
-                       "setting": overrides, "network": network}, sort_keys=True)
+                       "setting": overrides}, sort_keys=True)
     return Path(where) / f"{network}-{hashlib.sha1(blob.encode()).hexdigest()[:12]}.json"
+
+
+def sibling_points(path: Path) -> list["Point"]:
+    """The runs of the other links' calibrations of the same machine, cluster and setting."""
+    key = path.stem.rsplit("-", 1)[-1]
+    points = []
+    for other in sorted(path.parent.glob(f"*-{key}.json")):
+        if other != path:
+            try:
+                points += [Point(r["rate"], r["communicate_ms"] / 1000, r["total_ms"] / 1000)
+                           for r in json.loads(other.read_text())["runs"]]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return points
 
 
 # --- the fit -------------------------------------------------------------------------------------------------------
@@ -196,15 +214,18 @@ def run_lion32(rate: int, overrides: list[str], nodes: int, nproc_per_node: int,
 
 
 def calibrate(network: str, overrides: list[str], nodes: int, nproc_per_node: int, share: float | None = None,
-              runner=run_lion32, say=print) -> dict:
-    """Find the rate; returns the calibration record (not yet written). `runner(rate, ...)` trains one point."""
+              runner=run_lion32, say=print, known: list[Point] | None = None) -> dict:
+    """Find the rate; returns the calibration record (not yet written). `runner(rate, ...)` trains one point;
+    `known` points (another link's calibration of the same setting) replace the first two runs."""
     share = paper_share(network) if share is None else share
     if not 0 < share < 1:
         raise CalibrationError(f"share={share} must lie strictly between 0 and 1")
     scratch = Path(tempfile.mkdtemp(prefix="lcub-calibrate-"))
     try:
-        points = [runner(FIRST_RATE, overrides, nodes, nproc_per_node, scratch, say)]
-        points.append(runner(guess_rate(points[0], share), overrides, nodes, nproc_per_node, scratch, say))
+        points = list(known or [])[:4]
+        if len(points) < 2:
+            points = [runner(FIRST_RATE, overrides, nodes, nproc_per_node, scratch, say)]
+            points.append(runner(guess_rate(points[0], share), overrides, nodes, nproc_per_node, scratch, say))
         for attempt in range(MAX_REFITS + 1):
             near = sorted(points, key=lambda p: abs(p.share - share))[:2]
             a, k = fit(*near)
@@ -258,7 +279,10 @@ def cached_or_calibrate(network: str, job_args: list[str], nodes: int, nproc_per
     say(f"calibrate: {network}: finding the link rate at which Lion 32-bit communicates "
         f"{100 * paper_share(network):.1f} % of a step ({nodes} hosts x {nproc_per_node} ranks, "
         f"setting {' '.join(overrides) or '(defaults)'}); a few short runs")
-    record = calibrate(network, overrides, nodes, nproc_per_node, say=say)
+    known = sibling_points(path)
+    if known:
+        say(f"calibrate: starting from the {len(known)} runs of this setting's other link calibration")
+    record = calibrate(network, overrides, nodes, nproc_per_node, say=say, known=known)
     write_atomically(path, record)
     say(f"calibrate: {network} = {record['rate'] / 1e6:.1f} Mbit/s gives {100 * record['verified_share']:.1f} % "
         f"(target {100 * record['target_share']:.1f} %); written to {path}")
