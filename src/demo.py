@@ -15,6 +15,11 @@ Time: the loss-vs-time axis and the speedups count the training steps after the 
 steps, where the reducers' kernels compile; src/engine/loop.py), so compile time does not pass for training time.
 The speedup of a variant is Lion 32-bit's training time over its own, for the same number of steps; launch to exit
 (start-up, compile, evaluations) is reported beside it.
+
+Length on the paper link: Lion 32-bit's step there is about five times its compute, by construction. The demo
+trains the preset's steps (`+exp=demo`) unless the calibration's measured Lion 32-bit step says that the four
+variants would not fit `--budget-min` (10 minutes, with `OVERHEAD_S` per variant for start-up, compile and
+evaluation); then it trains as many steps as fit and says so. A `train.steps=` override is always kept.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ from src.launch.netns import EmulatorUnavailable, check_prerequisites
 VARIANTS = ("lion32", "cub8", "cub4", "cub1")
 PAPER_LINK = "paper_ethernet"
 LINKS = ("auto", PAPER_LINK, "loopback")
+BYTES_RATIO = {"lion32": 1.0, "lion16": 0.5, "cub8": 0.25, "cub4": 0.125, "cub1": 1 / 25}  # of Lion 32-bit's bytes
+OVERHEAD_S = 30.0     # per variant: start-up, compile, evaluations (2 busy cores)
+MIN_STEPS = 20
 
 
 def choose_link(requested: str, nproc: int) -> tuple[str, str | None]:
@@ -77,6 +85,29 @@ def train_variant(variant: str, run_dir: Path, data_dir: Path, nproc: int, extra
     return time.perf_counter() - start
 
 
+def preset_steps() -> int:
+    from omegaconf import OmegaConf
+
+    return int(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "exp" / "demo.yaml").train.steps)
+
+
+def fit_steps(record: dict, variants: list[str], budget_s: float) -> tuple[int, str]:
+    """Steps that fit the budget on the calibrated link, from the calibration's Lion 32-bit step: each variant's step
+    estimated as its compute plus Lion 32-bit's communication times its bytes ratio (quantization not counted)."""
+    verify = next(r for r in record["runs"] if r["rate"] == record["rate"])
+    communicate, compute = verify["communicate_ms"] / 1000, (verify["total_ms"] - verify["communicate_ms"]) / 1000
+    per_step = sum(compute + communicate * BYTES_RATIO.get(v, 1.0) for v in variants)
+    fits = int((budget_s - OVERHEAD_S * len(variants)) / per_step)
+    if fits >= preset_steps():
+        return preset_steps(), ""
+    steps = max(MIN_STEPS, fits)
+    preset = preset_steps()
+    return steps, (f"demo: {steps} steps per variant instead of the preset's {preset}: on this link Lion 32-bit's "
+                   f"step took {verify['total_ms'] / 1000:.1f} s when calibrated, so the preset's would take about "
+                   f"{per_step * preset / 60:.0f} min for the {len(variants)} variants (budget "
+                   f"{budget_s / 60:.0f} min; pass train.steps= to choose)")
+
+
 def speedups(run_dirs: list[Path], launch_s: dict[str, float]) -> list[dict]:
     """Per variant: training time after the warm-up, its speedup over Lion 32-bit, warm-up, launch to exit."""
     import json
@@ -105,6 +136,37 @@ def speedup_markdown(rows: list[dict], link: str, share: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def prepare_link(args, start: float) -> tuple[str, dict, str | None]:
+    """The link, its calibration record (empty on loopback) and a line to print (a fallback or a shortened run);
+    on the paper link, `args.overrides` gets the steps that fit the budget."""
+    link, why = choose_link(args.link, args.nproc)
+    if link == "loopback":
+        return link, {}, why
+    # calibrated once per machine and setting, before the clock of any variant starts
+    _, record = cached_or_calibrate(link, job("lion32", Path(args.out or "."), Path(args.data), args.overrides), 2,
+                                    args.nproc // 2)
+    if any(o.lstrip("+").startswith("train.steps=") for o in args.overrides):
+        return link, record, None
+    steps, why = fit_steps(record, args.variants, 60 * args.budget_min - (time.perf_counter() - start))
+    if why:
+        args.overrides = [*args.overrides, f"train.steps={steps}"]
+    return link, record, why or None
+
+
+def share_note(timing: list[dict], link: str, record: dict, nproc: int) -> str:
+    """Lion 32-bit's measured communication share beside the paper's, and a hint when it is off the calibration."""
+    lion32 = next((r for r in timing if r["variant"] == "lion32"), None)
+    if lion32 is None:
+        return ""
+    share = lion32["communicate_ms"] / lion32["total_ms"]
+    note = f"Lion 32-bit communicates {100 * share:.0f} % of its step (the paper's Table A.1: 81 % on Ethernet)."
+    if link != "loopback" and abs(share - record["target_share"]) > 0.10:
+        note += (f" That is off the calibrated {100 * record['verified_share']:.0f} %: the machine is busier or "
+                 "quieter than when the link was calibrated; rerun python -m src.launch.calibrate "
+                 f"network={link} nodes=2 nproc_per_node={nproc // 2} --force -- +exp=demo")
+    return note
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m src.demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="results folder (default: results/demo-<timestamp>)")
@@ -113,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nproc", type=int, default=2, help="processes per run (on the paper link: split over 2 hosts)")
     p.add_argument("--link", choices=LINKS, default="auto",
                    help="auto: the paper-equivalent Ethernet link when root allows it, else loopback")
+    p.add_argument("--budget-min", type=float, default=10.0,
+                   help="on the paper link, train fewer steps than the preset's when they would not fit")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. train.steps=100")
     args = p.parse_args(argv)
     start = time.perf_counter()
@@ -120,9 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = prepare_demo_text(args.data)
     print(f"demo corpus {args.data}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens")
     try:
-        link, why = choose_link(args.link, args.nproc)
-        if link != "loopback":  # calibrated once per machine and setting, before the clock of any variant
-            cached_or_calibrate(link, job("lion32", out, Path(args.data), args.overrides), 2, args.nproc // 2)
+        link, record, why = prepare_link(args, start)
     except (EmulatorUnavailable, CalibrationError) as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 2
@@ -136,10 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     outputs = make_report(run_dirs, out)
     timing = table_rows(run_dirs)
     print("\n" + to_markdown(timing))
-    lion32 = next((r for r in timing if r["variant"] == "lion32"), None)
-    share = (f"Lion 32-bit communicates {100 * lion32['communicate_ms'] / lion32['total_ms']:.0f} % of its step "
-             "(the paper's Table A.1: 81 % on Ethernet)." if lion32 else "")
-    table = speedup_markdown(speedups(run_dirs, times), link, share)
+    note = share_note(timing, link, record, args.nproc)
+    table = speedup_markdown(speedups(run_dirs, times), link, note)
     (out / "speedup.md").write_text(table)
     print("\n" + table)
     for path in [*outputs.values(), out / "speedup.md"]:

@@ -5,9 +5,9 @@ the gradient norm, `optimizer.step()` (which quantizes, communicates and updates
 One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer steps done), `loss` (this step's
 training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
 ranks, `train_time` (sum of the step times after the warm-up: the x-axis of loss-vs-time curves), `wall_time`
-(since training started, evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of Fig. A.1 (see
-src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step they follow;
-the evaluation before training is a row at step 0.
+(since training started, evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of
+Fig. A.1 (see src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step
+they follow; the evaluation before training is a row at step 0.
 
 Warm-up: the first `train.timing_skip` steps compile the reducers' kernels (torch.compile, 10-26 s of a CPU demo
 run's first step) and warm the allocator and communicator; they are the steps the timing tables leave out. The
