@@ -78,7 +78,7 @@ def train_variant(variant: str, run_dir: Path, data_dir: Path, nproc: int, extra
                   link: str = "loopback") -> float:
     """Train one variant on `link`; returns its wall time in seconds, launch to exit (raises on failure)."""
     cmd = [*launcher(link, nproc), *job(variant, run_dir, data_dir, extra)]
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as set by main
     start = time.perf_counter()
     print(f"\n=== {variant}: {' '.join(cmd[1:])}", flush=True)
     subprocess.run(cmd, env=env, check=True)
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. train.steps=100")
     args = p.parse_args(argv)
     start = time.perf_counter()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the calibration's runs and the variants' alike
     out = Path(args.out or f"results/demo-{time.strftime('%Y%m%d-%H%M%S')}")
     meta = prepare_demo_text(args.data)
     print(f"demo corpus {args.data}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens")

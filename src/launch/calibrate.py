@@ -78,7 +78,8 @@ def paper_share(network: str) -> float:
 
 
 def machine() -> dict:
-    """What the calibration depends on besides the setting: CPU model, ISA torch uses, cores of this process."""
+    """What the calibration depends on besides the setting: CPU model, ISA torch uses, cores of this process, the
+    threads its ranks inherit (OMP_NUM_THREADS) and torch's version."""
     import torch
 
     model = platform.processor() or "?"
@@ -91,7 +92,7 @@ def machine() -> dict:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"cpu_model": model, "isa": torch.backends.cpu.get_cpu_capability(), "cores": cores,
-            "torch": torch.__version__}
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "torch": torch.__version__}
 
 
 def setting(job_args: list[str]) -> list[str]:
