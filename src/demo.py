@@ -42,6 +42,9 @@ LINKS = ("auto", PAPER_LINK, "loopback")
 BYTES_RATIO = {"lion32": 1.0, "lion16": 0.5, "cub8": 0.25, "cub4": 0.125, "cub1": 1 / 25}  # of Lion 32-bit's bytes
 OVERHEAD_S = 30.0     # per variant: start-up, compile, evaluations (2 busy cores)
 MIN_STEPS = 20
+FALLBACK = ("demo: on loopback, not the paper-equivalent link ({reason}); there Lion 32-bit spends a small share of "
+            "its step communicating, so Lion Cub has little to save and its quantization cost shows instead of the "
+            "paper's speedups")
 
 
 def choose_link(requested: str, nproc: int) -> tuple[str, str | None]:
@@ -55,9 +58,7 @@ def choose_link(requested: str, nproc: int) -> tuple[str, str | None]:
     except EmulatorUnavailable as exc:
         if requested == PAPER_LINK:
             raise
-        return "loopback", (f"demo: on loopback, not the paper-equivalent link ({exc}); there Lion 32-bit spends a "
-                            "small share of its step communicating, so Lion Cub has little to save and its "
-                            "quantization cost shows instead of the paper's speedups")
+        return "loopback", FALLBACK.format(reason=exc)
     return PAPER_LINK, None
 
 
@@ -142,9 +143,13 @@ def prepare_link(args, start: float) -> tuple[str, dict, str | None]:
     link, why = choose_link(args.link, args.nproc)
     if link == "loopback":
         return link, {}, why
-    # calibrated once per machine and setting, before the clock of any variant starts
-    _, record = cached_or_calibrate(link, job("lion32", Path(args.out or "."), Path(args.data), args.overrides), 2,
-                                    args.nproc // 2)
+    try:  # calibrated once per machine and setting, before the clock of any variant starts
+        _, record = cached_or_calibrate(link, job("lion32", Path(args.out or "."), Path(args.data), args.overrides),
+                                        2, args.nproc // 2)
+    except CalibrationError as exc:
+        if args.link != "auto":
+            raise
+        return "loopback", {}, FALLBACK.format(reason=f"its calibration failed: {exc}")
     if any(o.lstrip("+").startswith("train.steps=") for o in args.overrides):
         return link, record, None
     steps, why = fit_steps(record, args.variants, 60 * args.budget_min - (time.perf_counter() - start))
