@@ -26,7 +26,7 @@ bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and w
 	$(PYTHON) -m src.bench.core_throughput
 
 .PHONY: demo
-demo: install  ## 2 CPU processes (torchrun, gloo): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; loss figures + timing table
+demo: install  ## 2 CPU processes on the paper-equivalent link (root; else loopback): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; figures, timing, speedups
 	OMP_NUM_THREADS=1 $(PYTHON) -m src.demo $(DEMO_ARGS)
 
 .PHONY: bench
