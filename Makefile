@@ -26,7 +26,7 @@ bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and w
 	$(PYTHON) -m src.bench.core_throughput
 
 .PHONY: demo
-demo: install laptop-data  ## 2 CPU processes (torchrun, gloo): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; loss figures + timing table
+demo: install laptop-data  ## 2 CPU processes on the paper-equivalent link (root; else loopback): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; figures, timing, speedups
 	OMP_NUM_THREADS=1 $(PYTHON) -m src.demo $(DEMO_ARGS)
 
 .PHONY: laptop-data
@@ -38,7 +38,7 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 	$(PYTHON) -m src.bench.comm_suite --out results/bench/comm
 
 .PHONY: table-a1
-table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, 1 Gbit/s and unlimited (root)
+table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, paper-equivalent Ethernet and InfiniBand links (root)
 	$(PYTHON) -m src.data.demo_corpus --out data/demo_text
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
 

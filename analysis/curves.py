@@ -2,7 +2,8 @@
 
 Training loss is drawn faint as logged (rank 0's batches) with an exponential moving average on top; validation
 points (averaged over ranks) are drawn as markers joined by a line. The time axis is `train_time`, the summed step
-time, which leaves evaluation out as the paper's wall-time comparisons do.
+time after the warm-up steps (their compile time is not training time: src/engine/loop.py), which leaves evaluation
+out as the paper's wall-time comparisons do.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import matplotlib.pyplot as plt
 
 from analysis.runs import Run
 
-X_AXES = {"step": "optimizer step", "train_time": "training time (s)"}
+X_AXES = {"step": "optimizer step", "train_time": "training time after warm-up (s)"}
 
 
 def ema(values: list[float], alpha: float = 0.1) -> list[float]:

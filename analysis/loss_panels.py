@@ -2,7 +2,8 @@
 per group of runs (Lion Cub, Fig. 3, 6, 9, 12, 13, A.2, A.3), and the end-of-run numbers their checks compare.
 
 Each panel row holds one group (e.g. one beta2); its left panel is against steps, its right panel against
-`train_time` (the summed step time: evaluation and statistics left out, as the paper's wall-time comparisons do).
+`train_time` (the summed step time after the warm-up steps: compile, evaluation and statistics left out, as the
+paper's wall-time comparisons leave evaluation out).
 Validation points are markers joined by a line; for losses the training loss (rank 0's batches) is drawn faint as
 an exponential moving average. A run keeps its colour in every panel.
 """
@@ -21,7 +22,7 @@ from analysis.figure_cli import Check, MissingRuns, save  # noqa: E402
 from analysis.runs import Run  # noqa: E402
 
 LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
-X_AXES = (("step", "optimizer step"), ("train_time", "training time (s)"))
+X_AXES = (("step", "optimizer step"), ("train_time", "training time after warm-up (s)"))
 
 
 def final_eval(run: Run, key: str = "val/loss") -> float | None:

@@ -3,7 +3,9 @@
 `train_emulated(tag, run_dir, overrides, log, nodes, nproc_per_node, rate)` reuses `run_dir` when it already holds
 a summary.json (an interrupted sweep continues where it stopped), otherwise runs
 `python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=.. -- <overrides>` with its output in `log`, and
-stops the sweep (SystemExit naming the log) when the run fails.
+stops the sweep (SystemExit naming the log) when the run fails. A `rate` naming a paper-equivalent link
+(`paper_ethernet`, `paper_infiniband`) runs `python -m src.launch.paper_link network=<rate> ...` instead: the
+emulated cluster at this machine's calibrated rate for the setting (src.launch.calibrate).
 """
 from __future__ import annotations
 
@@ -12,13 +14,21 @@ import sys
 from pathlib import Path
 
 
+def launch_command(nodes: int, nproc_per_node: int, rate: str) -> list[str]:
+    """The launcher of the emulated cluster, up to `--`: at a rate, or on a paper-equivalent link."""
+    if rate.startswith("paper_"):
+        return [sys.executable, "-m", "src.launch.paper_link", f"network={rate}", f"nodes={nodes}",
+                f"nproc_per_node={nproc_per_node}"]
+    return [sys.executable, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
+            f"rate={rate}"]
+
+
 def train_emulated(tag: str, run_dir: Path, overrides: list[str], log: Path, nodes: int = 2,
                    nproc_per_node: int = 2, rate: str = "1gbit") -> Path:
     if (run_dir / "summary.json").exists():
         print(f"{tag}: reusing {run_dir}", flush=True)
         return run_dir
-    cmd = [sys.executable, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
-           f"rate={rate}", "--", *overrides]
+    cmd = [*launch_command(nodes, nproc_per_node, rate), "--", *overrides]
     print(f"{tag}: {' '.join(cmd[1:])}", flush=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:

@@ -5,8 +5,9 @@ different manifests share one folder and a changed run gets a new one). A run wh
 (training) or `done.json` (other modules) is finished and not run again; an unfinished folder left by an
 interrupted attempt is moved aside to `<folder>.incomplete-<n>` and the run starts over. Training runs get
 `run.dir=<folder>`; the communication benchmark writes `<folder>/comm.csv`. The launcher is `torchrun --standalone`
-for one node, or the emulated cluster (`python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=..`, root
-needed); runs of several real nodes belong on a cluster (Slurm) and are refused here. Output goes to
+for one node, or the emulated cluster (`python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=..`, or
+`python -m src.launch.paper_link network=<rate>` for `rate: paper_ethernet|paper_infiniband`; root needed); runs
+of several real nodes belong on a cluster (Slurm) and are refused here. Output goes to
 `<runs root>/logs/<folder>.log`; `<runs root>/ledger.json` keeps each run's wall time (launch to exit).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.emulated import launch_command
 from experiments.manifest import REPO, RunSpec
 
 LEDGER = "ledger.json"
@@ -49,8 +51,7 @@ def command(spec: RunSpec, folder: Path) -> list[str]:
     else:
         job = [*spec.args, "--out", str(folder / "comm.csv")]
     if spec.launcher == "emulate":
-        head = [sys.executable, "-m", "src.launch.emulate", f"nodes={spec.nodes}",
-                f"nproc_per_node={spec.nproc_per_node}", f"rate={spec.rate or '1gbit'}"]
+        head = launch_command(spec.nodes, spec.nproc_per_node, spec.rate or "1gbit")
         return head + ([] if spec.module == "src.train" else ["--module", spec.module]) + ["--", *job]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec.nproc_per_node}",
             "-m", spec.module, *job]

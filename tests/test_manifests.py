@@ -29,7 +29,10 @@ PENDING = [key for key, present in (
 
 def composable(spec: RunSpec) -> list[str]:
     overrides = [o for o in spec.overrides if not any(o.lstrip("+").startswith(p) for p in PENDING)]
-    if spec.launcher == "emulate":   # what src.launch.emulate adds
+    if spec.launcher == "emulate" and (spec.rate or "").startswith("paper_"):  # what src.launch.paper_link adds
+        overrides += [f"network={spec.rate}", "network.calibration=results/calibration/x.json",
+                      "network.calibrated_share=0.8", "network.beta=1e-8"]
+    elif spec.launcher == "emulate":   # what src.launch.emulate adds
         overrides += ["network=emulated", f"network.nodes={spec.nodes}",
                       f"network.nproc_per_node={spec.nproc_per_node}", f"network.rate={spec.rate or '1gbit'}"]
     return overrides + ["run.dir=/tmp/never"]

@@ -52,7 +52,8 @@ def test_two_rank_preset_run_logs_statistics_to_metrics_and_wandb(demo_tokens, t
     run_dir = tmp_path / "run"
     args = ["+exp=gpt774m_stats", "model=gpt_tiny", "data=demo_text", f"data.dir={demo_tokens}", "network=local",
             "data.block_size=32", "data.batch_size=4", "optim.warmup_steps=1", "train.steps=4", "train.eval_every=0",
-            "train.eval_batches=1", "train.progress=false", "stats.every=2", f"run.dir={run_dir}"]
+            "train.eval_batches=1", "train.progress=false", "stats.every=2", "train.timing_skip=2",
+            f"run.dir={run_dir}"]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            "-m", "src.train", *args], cwd=REPO, env=clean_env(), capture_output=True, text=True,
                           timeout=300, check=False)
@@ -67,10 +68,14 @@ def test_two_rank_preset_run_logs_statistics_to_metrics_and_wandb(demo_tokens, t
         "ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
     layers += ["transformer.ln_f.weight", "lm_head.weight"]  # untied: the head is its own layer
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train_time = 0.0
+    train_time, warmup_time, warmup_steps = 0.0, 0.0, config["train"]["timing_skip"]
     for row in rows[1:]:
         stats = {k for k in row if k.startswith("stats/")}
-        train_time += row["time/total"]
+        if row["step"] <= warmup_steps:  # the clock starts after the warm-up steps
+            warmup_time += row["time/total"]
+            assert row["warmup_time"] == pytest.approx(warmup_time)
+        else:
+            train_time += row["time/total"]
         assert row["train_time"] == pytest.approx(train_time)  # time/stats is not in train_time
         if row["step"] % 2:
             assert not stats and "time/stats" not in row

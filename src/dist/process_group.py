@@ -110,9 +110,19 @@ def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, l
     return torch.device("cuda", local_rank)
 
 
+def check_link(network: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+    """A network with `emulated_link: true` (the paper-equivalent links) needs the link its launcher builds."""
+    if network.get("emulated_link") and not environ.get("LIONCUB_LINK_RATE"):
+        name = network.get("name", "?")
+        raise SetupError(f"network={name} is an emulated link that this launch did not build; start the run with "
+                         f"python -m src.launch.paper_link network={name} nodes=2 nproc_per_node=2 -- <overrides> "
+                         "(root: network namespaces), or use network=local")
+
+
 def describe(device: str, network: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> DistContext:
     """Check the launch and return this rank's context; starts nothing."""
     environ = os.environ if environ is None else environ
+    check_link(network, environ)
     rank, local_rank, world, local_world = read_launch_env(environ)
     dev = choose_device(device, network, local_rank, local_world)
     return DistContext(rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,

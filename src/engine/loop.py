@@ -4,10 +4,16 @@ Per step: set the scheduled learning rate in every param_group, fetch this rank'
 the gradient norm, `optimizer.step()` (which quantizes, communicates and updates, timing each), zero the gradients.
 One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer steps done), `loss` (this step's
 training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
-ranks, `train_time` (sum of step times: the x-axis of loss-vs-time curves), `wall_time` (since training started,
-evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of Fig. A.1 (see
-src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step they follow;
-the evaluation before training is a row at step 0.
+ranks, `train_time` (sum of the step times after the warm-up: the x-axis of loss-vs-time curves), `wall_time`
+(since training started, evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of
+Fig. A.1 (see src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step
+they follow; the evaluation before training is a row at step 0.
+
+Warm-up: the first `train.timing_skip` steps compile the reducers' kernels (torch.compile, 10-26 s of a CPU demo
+run's first step) and warm the allocator and communicator; they are the steps the timing tables leave out. The
+clock of `train_time` starts after them: their rows carry `train_time` 0 and `warmup_time` (their summed step
+time, also in the summary), so a loss-vs-time curve compares training speed, not compile time. A run resumed from a
+checkpoint compiles again in its first steps after the checkpoint; that time counts in `train_time`.
 
 Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
@@ -73,6 +79,7 @@ class LoopResult:
     last_loss: float = math.nan
     last_eval: dict = field(default_factory=dict)
     train_time: float = 0.0
+    warmup_time: float = 0.0
     wall_time: float = 0.0
     peak_memory_bytes: int = 0
 
@@ -107,10 +114,15 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}
 
 
-def _log(rows: list[dict], result: LoopResult, sinks: Sinks) -> None:
-    """Log completed rows, adding each step's time to the running training time (the loss-vs-time x-axis)."""
+def _log(rows: list[dict], result: LoopResult, sinks: Sinks, warmup_steps: int) -> None:
+    """Log completed rows, adding each step's time to the running training time (the loss-vs-time x-axis), or, for
+    the first `warmup_steps` steps, to the warm-up time."""
     for row in rows:
-        result.train_time += row["time/total"]
+        if row["step"] <= warmup_steps:
+            result.warmup_time += row["time/total"]
+            row["warmup_time"] = result.warmup_time
+        else:
+            result.train_time += row["time/total"]
         row["train_time"] = result.train_time
         sinks.log(row)
 
@@ -129,6 +141,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
     timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
     clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
     per_step, progress = task.units_per_step(), hooks.progress
+    warmup = int(cfg.train.get("timing_skip") or 0)
     bar = StepProgress(total_steps, progress.step, ctx.is_main and cfg.train.progress, cfg.train.log_every_s)
     result = LoopResult(steps=progress.step, train_time=progress.train_time)
     start = time.perf_counter() - progress.wall_time
@@ -153,14 +166,14 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
                 row.update(result.last_eval)
             row["wall_time"] = time.perf_counter() - start
             pending.add(row, timer.take(), optimizer.timer.take())
-            _log(pending.complete(wait=hooks.saves_at(step)), result, sinks)  # a checkpoint records train_time
+            _log(pending.complete(wait=hooks.saves_at(step)), result, sinks, warmup)  # a checkpoint records train_time
             result.steps, result.last_loss = step, row["loss"]
             progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
             bar.update(step, row)
             if hooks.end(step):  # every rank agreed to stop on a signal; the checkpoint of this step is written
                 break
     finally:  # rows of every step the device has run, also when a step raised (e.g. nonfinite.policy=stop)
-        _log(pending.complete(), result, sinks)
+        _log(pending.complete(), result, sinks, warmup)
     bar.close()
     result.wall_time = time.perf_counter() - start
     return result

@@ -312,7 +312,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         with stop.installed():
             result = train(task, trained, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
-                   "train_time": result.train_time, "wall_time": result.wall_time,
+                   "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
                    "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
                    "skipped_steps": hooks.progress.skipped_steps,

@@ -180,6 +180,10 @@ class Network:
     fit: Annotated[str, Doc("a network_fit_*.json of make bench, or null")] | None
     alpha: Annotated[float, Range(ge=0), Doc("seconds per message")] | None
     beta: Annotated[float, Range(ge=0), Doc("seconds per bit")] | None
+    emulated_link: Annotated[bool, Doc("needs the link src.launch.paper_link builds")] | None = None
+    share: Annotated[float, Range(ge=0), Doc("Lion 32-bit's communication share the link reproduces")] | None = None
+    calibration: Annotated[str, Doc("the calibration file of the link's rate")] | None = None
+    calibrated_share: Annotated[float, Range(ge=0), Doc("the share measured at that rate")] | None = None
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""`make demo`'s link (src/demo.py; Lion Cub Section 7, Table A.1's communication share): without root it says in one
+line why it falls back to loopback and what that means; on the paper-equivalent link it keeps the preset's steps
+when they fit the time budget by the calibration's measured Lion 32-bit step, and otherwise trains fewer and says
+why; and the speedups are Lion 32-bit's training time over each variant's."""
+from __future__ import annotations
+
+import pytest
+
+from src import demo
+
+
+def record(total_ms: float, communicate_ms: float) -> dict:
+    rate = 150_000_000
+    return {"rate": rate, "target_share": 0.8127, "verified_share": communicate_ms / total_ms,
+            "runs": [{"rate": 10**9, "communicate_ms": 10.0, "total_ms": 200.0},
+                     {"rate": rate, "communicate_ms": communicate_ms, "total_ms": total_ms}]}
+
+
+def test_without_root_the_demo_says_why_it_runs_on_loopback(monkeypatch):
+    monkeypatch.setattr("src.launch.netns.os.geteuid", lambda: 1000)
+    link, why = demo.choose_link("auto", 2)
+    assert link == "loopback" and "\n" not in why
+    assert "needs root" in why and "small share" in why and "speedups" in why
+    assert demo.choose_link("loopback", 2) == ("loopback", None)
+    with pytest.raises(demo.EmulatorUnavailable, match="needs root"):
+        demo.choose_link(demo.PAPER_LINK, 2)
+
+
+def test_an_odd_number_of_processes_cannot_make_two_hosts(monkeypatch):
+    monkeypatch.setattr("src.launch.netns.os.geteuid", lambda: 0)
+    monkeypatch.setattr("src.launch.netns.shutil.which", lambda tool: f"/usr/sbin/{tool}")
+    assert demo.choose_link("auto", 2) == (demo.PAPER_LINK, None)
+    link, why = demo.choose_link("auto", 3)
+    assert link == "loopback" and "--nproc 3" in why
+
+
+def test_the_preset_steps_are_kept_when_they_fit_the_budget():
+    steps, why = demo.fit_steps(record(1050.0, 853.0), list(demo.VARIANTS), 600.0)
+    assert (steps, why) == (demo.preset_steps(), "")
+
+
+def test_a_slow_link_shortens_the_demo_and_says_why():
+    steps, why = demo.fit_steps(record(10_500.0, 8_530.0), list(demo.VARIANTS), 600.0)
+    per_step = sum(1.97 + 8.53 * demo.BYTES_RATIO[v] for v in demo.VARIANTS)
+    assert steps == max(demo.MIN_STEPS, int((600 - 4 * demo.OVERHEAD_S) / per_step)) < demo.preset_steps()
+    assert f"{steps} steps per variant" in why and "10.5 s" in why and "train.steps=" in why
