@@ -23,9 +23,9 @@ from analysis.steady_point import DROP, loss_drop, reading_step, window_loss
 SIGNS = ("pos", "neg", "zero")
 
 
-def curve(steps: int, rate: float, floor: float = 4.0, start: float = 10.8) -> dict[int, float]:
-    """A loss that decays exponentially from `start` toward `floor`."""
-    return {s: floor + (start - floor) * math.exp(-rate * s) for s in range(1, steps + 1)}
+def curve(steps: int, rate: float, floor: float = 4.0, start: float = 10.8, plateau: int = 0) -> dict[int, float]:
+    """A loss that stays at `start` for `plateau` steps (a warm-up), then decays exponentially toward `floor`."""
+    return {s: floor + (start - floor) * math.exp(-rate * max(0, s - plateau)) for s in range(1, steps + 1)}
 
 
 def test_loss_drop_is_the_fall_while_the_steps_double():
@@ -37,14 +37,17 @@ def test_loss_drop_is_the_fall_while_the_steps_double():
 
 
 def test_reading_is_the_first_statistics_step_past_the_transient(tmp_path):
-    losses = curve(200, rate=0.06)
+    losses = curve(200, rate=0.06, plateau=18)
     rows = [{"step": s, "loss": v} for s, v in losses.items()]
     run = load_run(write_run(tmp_path / "r", gpt_config(), rows))
     steps = list(range(20, 201, 20))
     drops = {s: loss_drop(losses, s) for s in steps}
-    expected = next(s for s in steps if drops[s] < DROP)
+    assert drops[20] < DROP  # the warm-up's plateau: flat, but not past the transient
+    measurable = {s: loss_drop(losses, s) for s in losses if loss_drop(losses, s) is not None}
+    peak = max(measurable, key=measurable.get)
+    expected = next(s for s in steps if s > peak and drops[s] < DROP)
     read = reading_step(run, steps)
-    assert read.met and read.step == expected and read.drop == pytest.approx(drops[expected])
+    assert read.met and read.step == expected and read.drop == pytest.approx(drops[expected]) and read.peak == peak
     assert drops[expected - 20] >= DROP  # the step before is still in the transient
     assert f"step {expected}" in read.text() and f"{100 * drops[expected]:.1f}%" in read.text()
     late = reading_step(run, [20, 40])  # a run measured only in its transient
