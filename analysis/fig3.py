@@ -8,6 +8,10 @@ x -> x >= 0 of Section 2), `alternate` (Section 3.2's fix) and `keep` (exact zer
 One row of panels per `optim.beta2`, validation loss against steps and time. Checks: a naive run diverges
 (`analysis.loss_panels.diverged`: non-finite loss, or the final EMA training loss 0.5 nats above its lowest),
 no alternating run diverges, and alternating ends closer to exact zeros than naive does (final validation loss).
+The naive check's measured text and the notes say what the naive rule moved in that run (analysis/zero_drift.py):
+the elements with exact-zero updates and where they are, their drift sum(lr) (and, where an exact-zeros run at any
+beta2 kept a checkpoint, the drift measured on the position rows past the sequence length), whether the loss reads
+those rows, and the share of tied votes sent as +1, per layer group.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 from analysis.figure_cli import Check, Result, cli, need
 from analysis.loss_panels import diverged, draw, final_eval, finals, group_by, require_evals
 from analysis.runs import Run
+from analysis.zero_drift import text as mechanism
 
 NAIVE = ("plus", "minus")
 
@@ -50,16 +55,22 @@ def make(runs: list[Run], out: Path) -> Result:
     verdicts = {r.label: (zeros_rule(r), *diverged(r)) for r in runs}
     naive = {k: v for k, v in verdicts.items() if v[0] in NAIVE}
     alternating = {k: v for k, v in verdicts.items() if v[0] == "alternate"}
+    exact = {r.get("optim.beta2"): r for r in runs if zeros_rule(r) == "keep"}
+    how = {r.label: mechanism(r, exact.get(r.get("optim.beta2"), next(iter(exact.values()), None)))
+           for r in runs if zeros_rule(r) in NAIVE}
     checks = [
         Check("The naive 1-bit allreduce (zeros sent as +1) diverges",
-              "; ".join(f"{k}: {'diverged' if d else 'stable'} ({why})" for k, (_, d, why) in naive.items()),
+              " | ".join(f"{k}: {'diverged' if d else 'stable'} ({why}); {how[k]}"
+                         for k, (_, d, why) in naive.items()),
               any(d for _, d, _ in naive.values())),
         Check("With zeros sent as +1/-1 on alternating steps the loss stays stable, regardless of beta2",
               "; ".join(f"{k}: {'diverged' if d else 'stable'} ({why})" for k, (_, d, why) in alternating.items()),
               not any(d for _, d, _ in alternating.values())),
         _closer_check(groups),
     ]
-    return Result(files, checks, [f"final validation loss: {finals(runs)}"])
+    notes = [f"final validation loss: {finals(runs)}"]
+    notes += [f"{k}, what the naive rule moved: {v}" for k, v in how.items()]
+    return Result(files, checks, notes)
 
 
 def main(argv: list[str] | None = None) -> int:

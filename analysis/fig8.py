@@ -23,12 +23,14 @@ def checks(label: str, c: dict[str, float]) -> list[Check]:
         return [Check(f"{label}: embedding and head exceed every other layer", why, None)]
     low = min(c["embed"], c["head"])
     ratio = low / c["others_median"] if c["others_median"] else float("inf")
+    each = f" (embedding {c['embed'] / c['others_median']:.1f}x, head {c['head'] / c['others_median']:.1f}x)" \
+        if c["others_median"] else ""
     return [
         Check(f"{label}: the embedding and the head have larger momentum spread than every other layer",
               f"embed {c['embed']:.3g}, head {c['head']:.3g}, largest other {c['others_max']:.3g}",
               low > c["others_max"]),
         Check(f"{label}: embedding and head spread far above the others (>= 10x their median; paper ~100x)",
-              f"min(embed, head) / median(others) = {ratio:.1f}x", ratio >= 10),
+              f"min(embed, head) / median(others) = {ratio:.1f}x" + each, ratio >= 10),
     ]
 
 

@@ -45,6 +45,17 @@ def by_class(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def ratios(values: dict[str, float]) -> str:
+    """Each embedding and head layer's spread, and the largest other layer's, over the median of the other layers."""
+    others = {k: v for k, v in values.items() if layer_class(k) == "other"}
+    if not others or not median(others.values()):
+        return "no other layers to compare with"
+    mid = median(others.values())
+    top = max(others, key=others.get)
+    parts = [f"{k} {v / mid:.1f}x" for k, v in values.items() if layer_class(k) != "other"]
+    return ", ".join(parts + [f"largest other {top} {others[top] / mid:.1f}x"]) + f" (median of the others {mid:.3g})"
+
+
 def draw(runs: list[Run], out: Path, figure: str, stem: str, title: str) -> list[Path]:
     fig, axes = plt.subplots(len(runs), 1, figsize=(12, 4.2 * len(runs)), squeeze=False)
     for ax, run in zip(axes[:, 0], runs):
@@ -69,5 +80,6 @@ def make_figure(runs: list[Run], out: Path, figure: str, stem: str, title: str, 
     result = []
     for run in runs:
         result += checks(run.label, by_class(spreads(run)))
-    return Result(files, result, [f"{r.label}: " + ", ".join(f"{k} {v:.3g}" for k, v in by_class(spreads(r)).items())
-                                  for r in runs])
+    notes = [f"{r.label}: " + ", ".join(f"{k} {v:.3g}" for k, v in by_class(spreads(r)).items()) for r in runs]
+    notes += [f"{r.label}, spread over the median of the other layers: {ratios(spreads(r))}" for r in runs]
+    return Result(files, result, notes)

@@ -3,14 +3,21 @@ C.1 for ResNet-18): the body of analysis/fig5.py and analysis/figC1.py.
 
 For each quantizer Q that a run measured (`stats/match/<method>`, `stats/flip/<method>`: percent of all elements
 whose sign(sum_i Q(c_i)) equals / opposes sign(sum_i c_i); elements mapped to zero are in neither), the top panel
-draws match and the bottom panel flip against steps. With `layers`, a third panel shows each layer's match rate of
-L1 and sign at the last statistics step. Checks (means over the logged steps): L1 matches more and flips less than
-distributed Lion's sign; Q_inf stochastic maps most elements to zero (match + flip under 50%); "w/o zero" and log
-match less than distributed Lion; distributed Lion matches 60-70% and flips about 10% (within 5 points).
+draws match and the bottom panel flip against steps, with the run's reading step marked: the first statistics step
+past its initial transient, measured on its training loss (analysis/steady_point.py). The checks read the means
+over the statistics steps from the reading step on (the paper reads its runs mid-training). Where the run wrote its
+statistics arrays, the reading step is also shown per layer group (embedding, blocks, head;
+`analysis.stats_rows.layer_group`; percent of the group's own elements) in `<stem>_groups.csv`, the notes and the
+measured text of the distributed-Lion check. With `layers`, a third panel shows each layer's match rate of L1 and
+sign at the reading step. Checks: L1 matches more and flips less than distributed Lion's sign; Q_inf stochastic
+maps most elements to zero (match + flip under 50%); "w/o zero" and log match less than distributed Lion;
+distributed Lion matches 60-70% and flips about 10% (within 5 points).
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -18,17 +25,48 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, need, runs_with_key, save  # noqa: E402
 from analysis.runs import Run  # noqa: E402
-from analysis.stats_rows import last_row, mean_of, method_name, methods, per_layer, series  # noqa: E402
+from analysis.stats_rows import group_numel, group_sums, method_name, methods, per_layer, series  # noqa: E402
+from analysis.steady_point import Reading, reading_step  # noqa: E402
+
+KEY = "stats/match/sign"
 
 
-def rates(run: Run) -> dict[str, tuple[float, float]]:
-    """{method: (mean match %, mean flip %)} over the logged steps."""
+def reading(run: Run) -> Reading:
+    """The run's first statistics step past its initial transient (else its last statistics step)."""
+    return reading_step(run, series(run, KEY)[0])
+
+
+def _mean_since(run: Run, key: str, since: int) -> float | None:
+    values = [v for s, v in zip(*series(run, key)) if s >= since]
+    return sum(values) / len(values) if values else None
+
+
+def rates(run: Run, since: int = 0) -> dict[str, tuple[float, float]]:
+    """{method: (mean match %, mean flip %)} over the logged steps from `since` on."""
     out = {}
     for m in methods(run):
-        match, flip = mean_of(run, f"stats/match/{m}"), mean_of(run, f"stats/flip/{m}")
+        match, flip = _mean_since(run, f"stats/match/{m}", since), _mean_since(run, f"stats/flip/{m}", since)
         if match is not None and flip is not None:
             out[m] = (match, flip)
     return out
+
+
+def group_rates(run: Run, step: int) -> dict[str, dict[str, tuple[float, float, float]]]:
+    """{group: {method: (match %, flip %, share of the model %)}} at `step` from the arrays file (`model` first);
+    empty when the run wrote none for that step."""
+    if step not in run.stats_steps():
+        return {}
+    arrays = run.stats_arrays(step)
+    match, flip, numel = group_sums(arrays, "match_counts"), group_sums(arrays, "flip_counts"), group_numel(arrays)
+    names = [str(m) for m in arrays["methods"]]
+    return {g: {m: (100.0 * float(match[g][q]) / n, 100.0 * float(flip[g][q]) / n, 100.0 * n / numel["model"])
+                for q, m in enumerate(names)} for g, n in numel.items() if n and g in match}
+
+
+def _groups_text(groups: dict, method: str) -> str:
+    parts = [f"{g} match {v[method][0]:.1f}% flip {v[method][1]:.1f}% ({v[method][2]:.1f}% of the model)"
+             for g, v in groups.items() if g != "model" and method in v]
+    return "; by group: " + ", ".join(parts) if parts else ""
 
 
 def _compare(r: dict, claim: str, a: str, b: str, index: int, less: bool) -> Check:
@@ -40,8 +78,9 @@ def _compare(r: dict, claim: str, a: str, b: str, index: int, less: bool) -> Che
                  va < vb if less else va > vb)
 
 
-def checks(run: Run, where: str) -> list[Check]:
-    r = rates(run)
+def checks(run: Run, where: str, read: Reading | None = None, groups: dict | None = None) -> list[Check]:
+    read = read or reading(run)
+    r = rates(run, read.step)
     result = [_compare(r, f"{where}: L1 quantization matches standard Lion's sign more often than distributed "
                           "Lion", "l1", "sign", 0, less=False),
               _compare(r, f"{where}: L1 flips the update direction less often than distributed Lion",
@@ -55,14 +94,16 @@ def checks(run: Run, where: str) -> list[Check]:
     claim = f"{where}: distributed Lion's sign matches 60-70% and flips about 10% (within 5 points)"
     if "sign" in r:
         match, flip = r["sign"]
-        result.append(Check(claim, f"match {match:.2f}%, flip {flip:.2f}%", 55 <= match <= 75 and 5 <= flip <= 15))
+        when = f"mean over the statistics steps from {read.step} on" + ("" if read.met else " (in the transient)")
+        measured = f"match {match:.2f}%, flip {flip:.2f}% ({when})" + _groups_text(groups or {}, "sign")
+        result.append(Check(claim, measured, 55 <= match <= 75 and 5 <= flip <= 15))
     else:
         result.append(Check(claim, "no sign statistics", None))
     return result
 
 
-def _layer_panel(ax, run: Run) -> None:
-    row = last_row(run, "stats/match/sign") or {}
+def _layer_panel(ax, run: Run, step: int) -> None:
+    row = next((r for r in run.rows if r.get("step") == step and r.get(KEY) is not None), {})
     shown = [m for m in ("sign", "l1") if per_layer(row, f"stats/match/{m}")]
     layers = list(per_layer(row, f"stats/match/{shown[0]}")) if shown else []
     for i, m in enumerate(shown):
@@ -75,25 +116,51 @@ def _layer_panel(ax, run: Run) -> None:
 
 
 def make_figure(runs: list[Run], out: Path, figure: str, stem: str, layers: bool = False) -> Result:
-    runs = runs_with_key(runs, "stats/match/sign", f"{figure}'s sign-match statistics: train with stats.every > 0")
+    runs = runs_with_key(runs, KEY, f"{figure}'s sign-match statistics: train with stats.every > 0")
     need(all(rates(r) for r in runs), f"{figure}: a run logs stats/match keys without stats/flip")
     fig, axes = plt.subplots(3 if layers else 2, len(runs), figsize=(6.5 * len(runs), 9 if layers else 6.5),
                              squeeze=False)
-    checks_ = []
+    checks_, notes, grouped = [], [], {}
     for col, run in enumerate(runs):
+        read = reading(run)
+        groups = grouped[run.label] = group_rates(run, read.step)
         for row, kind in enumerate(("match", "flip")):
             ax = axes[row][col]
             for m in methods(run):
                 steps, values = series(run, f"stats/{kind}/{m}")
                 ax.plot(steps, values, marker=".", label=method_name(m))
+            ax.axvline(read.step, color="black", lw=0.8, ls="--",
+                       label=f"reading step {read.step}" + ("" if read.met else " (transient)"))
             ax.set(xlabel="step", ylabel=f"{kind} (%)", title=f"{run.label} ({run.world_size} workers): {kind}")
             ax.grid(alpha=0.3)
         axes[0][col].legend(fontsize=7)
         if layers:
-            _layer_panel(axes[2][col], run)
-        checks_ += checks(run, run.label)
+            _layer_panel(axes[2][col], run, read.step)
+        checks_ += checks(run, run.label, read, groups)
+        steps = [s for s in series(run, KEY)[0] if s >= read.step]
+        notes.append(f"{run.label}: {read.text()}")
+        notes.append(f"{run.label}, means over the {len(steps)} statistics steps from {read.step} on: " + ", ".join(
+            f"{method_name(m)} match {a:.1f}% flip {b:.1f}%" for m, (a, b) in rates(run, read.step).items()))
+        for g, values in groups.items():
+            share = next(iter(values.values()))[2]
+            notes.append(f"{run.label}, step {read.step}, {g} ({share:.1f}% of the model): " + ", ".join(
+                f"{method_name(m)} match {a:.1f}% flip {b:.1f}%" for m, (a, b, _) in values.items()))
     fig.suptitle(f"{figure}: sign of sum_i Q(c_i) vs standard Lion (elements mapped to zero in neither)", fontsize=10)
     fig.tight_layout()
-    notes = [f"{r.label}, means over {len(series(r, 'stats/match/sign')[0])} logged steps: " + ", ".join(
-        f"{method_name(m)} match {a:.1f}% flip {b:.1f}%" for m, (a, b) in rates(r).items()) for r in runs]
-    return Result(save(fig, out, stem), checks_, notes)
+    files = save(fig, out, stem)
+    if any(grouped.values()):
+        files.append(_write_groups(grouped, runs, out / f"{stem}_groups.csv"))
+    return Result(files, checks_, notes)
+
+
+def _write_groups(grouped: dict, runs: list[Run], path: Path) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run", "workers", "step", "group", "share_percent", "method", "match_percent",
+                         "flip_percent"])
+        for run in runs:
+            step = reading(run).step
+            for g, values in grouped[run.label].items():
+                writer.writerows([run.label, run.world_size, step, g, share, m, a, b]
+                                 for m, (a, b, share) in values.items())
+    return path

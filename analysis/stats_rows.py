@@ -4,12 +4,16 @@ The keys are those `src/stats` logs (metrics.jsonl and W&B): `stats/vote/<lion>_
 `stats/flip/<method>` (and `/<layer>`), `stats/momentum_std/max|mean` (and `/<layer>`), `stats/abs/...`,
 `stats/fit/...`. Layer classes mirror the momentum-sync classes of the training code (embedding: `wte`, `wpe`,
 `patch_embed`, ResNet's stem `conv1`/`bn1`, ...; head: `lm_head`, `head`, ResNet's `fc`, `classifier`); a tied
-tensor (`transformer.wte.weight,lm_head.weight`) is both.
+tensor (`transformer.wte.weight,lm_head.weight`) is both. Layer groups (`layer_group`) sum per-layer counts of the
+arrays file into the parts of the model a reader tells apart: embedding, blocks (every other layer, final norm
+included), head, and embedding+head for a tied tensor.
 """
 from __future__ import annotations
 
 import re
 from statistics import fmean
+
+import numpy as np
 
 from analysis.runs import Run
 
@@ -26,6 +30,36 @@ def layer_class(name: str) -> str:
     embed = any(_EMBED.search(a) for a in aliases)
     head = any(_HEAD.search(a) for a in aliases)
     return "embed+head" if embed and head else "embed" if embed else "head" if head else "other"
+
+
+GROUPS = {"embed": "embedding", "other": "blocks", "head": "head", "embed+head": "embedding+head"}
+GROUP_ORDER = ("embedding", "embedding+head", "blocks", "head")
+
+
+def layer_group(name: str) -> str:
+    """`embedding`, `blocks`, `head` or `embedding+head` (a tied tensor) of a parameter name."""
+    return GROUPS[layer_class(name)]
+
+
+def group_sums(arrays: dict, key: str) -> dict[str, np.ndarray]:
+    """{group: sum over its layers of arrays[key]} (first axis = the file's `layers`), in GROUP_ORDER, with
+    `model` (every trainable parameter, from the `model_` arrays) first; a group with no layer is left out."""
+    per: dict[str, np.ndarray] = {}
+    for i, name in enumerate(arrays["layers"]):
+        group = layer_group(str(name))
+        per[group] = per.get(group, 0) + np.asarray(arrays[key][i])
+    out = {"model": np.asarray(arrays["model_" + key])} if "model_" + key in arrays else {}
+    return out | {g: per[g] for g in GROUP_ORDER if g in per}
+
+
+def group_numel(arrays: dict) -> dict[str, int]:
+    """{`model` and each group: elements}; the groups cover the model only when stats.layers selected every
+    parameter (compare their sum with `model`)."""
+    out = {"model": int(arrays["model_numel"])}
+    for i, name in enumerate(arrays["layers"]):
+        group = layer_group(str(name))
+        out[group] = out.get(group, 0) + int(arrays["numel"][i])
+    return {k: out[k] for k in ("model", *GROUP_ORDER) if k in out}
 
 
 def series(run: Run, key: str) -> tuple[list[int], list[float]]:

@@ -1,18 +1,26 @@
 """Table 2 of Lion Cub (Section 3.2): update signs under majority vote vs standard Lion, ours beside the paper's.
 
-    python -m analysis.table2 RUNS... --out DIR     (writes table2.md/.csv, table2.png/.pdf and findings.json)
+    python -m analysis.table2 RUNS... --out DIR     (writes table2.md/.csv, table2_groups.csv, table2.png/.pdf and
+                                                    findings.json)
 
 For every run that logs `stats/vote/<lion>_<vote>` (percent of elements; lion = sign(sum_i c_i), vote =
-sign(sum_i sign(c_i)), exact ties kept as zero), the 3x3 table of its last statistics step, one per world size
-(the latest run wins when two share one), next to the paper's Table 2 (GPT 730M, iteration 3000, 4 / 8 workers).
+sign(sum_i sign(c_i)), exact ties kept as zero), the 3x3 table at its reading step, one per world size (the latest
+run wins when two share one), next to the paper's Table 2 (GPT 730M, iteration 3000, 4 / 8 workers). The reading
+step is the first statistics step past the run's initial transient, measured on its training loss
+(analysis/steady_point.py); the tables, findings.json and the index say which step and the criterion's value.
+Where the run wrote its statistics arrays, the same step is also shown per layer group (embedding, blocks, head;
+`analysis.stats_rows.layer_group`), each group's cells in percent of its own elements, beside its share of the
+model, so that a reader sees which tensors make the model-wide numbers.
 Checks: over 30% of the votes tie at 4 workers and the tie rate is near the paper's 37% (within 5 points); it is
-lower at 8 workers than at 4; standard Lion's direction is (almost) never zero (under 1%).
-Deliberate difference: the paper reads iteration 3000 of a 730M model; we read the run's last statistics step.
+lower at 8 workers than at 4; standard Lion's direction is (almost) never zero (under 1%). Their measured text
+names each group's value.
+Deliberate difference: the paper reads iteration 3000 of a 730M model; we read the step our criterion picks.
 """
 from __future__ import annotations
 
 import csv
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -23,104 +31,192 @@ import matplotlib.pyplot as plt  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
 from analysis.paper_numbers import SIGNS, TABLE2  # noqa: E402
 from analysis.runs import Run  # noqa: E402
-from analysis.stats_rows import last_row  # noqa: E402
+from analysis.stats_rows import group_numel, group_sums, series  # noqa: E402
+from analysis.steady_point import Reading, reading_step  # noqa: E402
 
 NAMES = {"pos": "+1", "neg": "-1", "zero": "0"}
+KEY = "stats/vote/pos_pos"
+Table = dict[tuple[str, str], float]
 
 
-def vote_table(run: Run) -> tuple[int, dict[tuple[str, str], float]]:
-    """(step, {(lion, vote): percent}) of the run's last row with every vote key."""
-    row = last_row(run, "stats/vote/pos_pos")
+@dataclass
+class Ours:
+    """One world size's Table 2: the run, its reading step and the tables there (percent of elements)."""
+
+    label: str
+    reading: Reading
+    table: Table
+    groups: dict[str, tuple[float, Table]] = field(default_factory=dict)  # group: (share of model %, table)
+
+    @property
+    def step(self) -> int:
+        return self.reading.step
+
+
+def vote_table(run: Run, step: int) -> Table:
+    """{(lion, vote): percent} of the run's row at `step`."""
+    row = next((r for r in run.rows if int(r.get("step", -1)) == step and r.get(KEY) is not None), None)
+    need(row is not None, f"{run.path}: no statistics row at step {step}")
     missing = [f"stats/vote/{a}_{b}" for a in SIGNS for b in SIGNS if row.get(f"stats/vote/{a}_{b}") is None]
-    need(not missing, f"{run.path}: its last statistics row lacks {', '.join(missing)}")
-    return int(row["step"]), {(a, b): float(row[f"stats/vote/{a}_{b}"]) for a in SIGNS for b in SIGNS}
+    need(not missing, f"{run.path}: its statistics row at step {step} lacks {', '.join(missing)}")
+    return {(a, b): float(row[f"stats/vote/{a}_{b}"]) for a in SIGNS for b in SIGNS}
 
 
-def ties(table: dict[tuple[str, str], float]) -> float:
+def group_tables(run: Run, step: int) -> dict[str, tuple[float, Table]]:
+    """{group: (share of the model's elements %, {(lion, vote): percent of the group's elements})} from the
+    arrays file of `step`; empty when the run wrote none for that step."""
+    if step not in run.stats_steps():
+        return {}
+    arrays = run.stats_arrays(step)
+    counts, numel = group_sums(arrays, "vote_counts"), group_numel(arrays)
+    counts.pop("model", None)
+    total = numel["model"]
+    return {g: (100.0 * numel[g] / total, {(a, b): 100.0 * float(c[i, j]) / numel[g] for i, a in enumerate(SIGNS)
+                                           for j, b in enumerate(SIGNS)})
+            for g, c in counts.items() if numel[g]}
+
+
+def ties(table: Table) -> float:
     """Percent of elements whose majority vote ties (the vote = 0 column)."""
     return sum(table[(a, "zero")] for a in SIGNS)
 
 
-def markdown(ours: dict[int, tuple[str, int, dict]]) -> str:
+def lion_zero(table: Table) -> float:
+    """Percent of elements where standard Lion's direction is exactly zero (the Lion = 0 row)."""
+    return sum(table[("zero", b)] for b in SIGNS)
+
+
+def by_group(o: Ours, measure) -> str:
+    """`; by group: embedding 91.00% (48% of the model), ...` or '' without group tables."""
+    if not o.groups:
+        return ""
+    return "; by group: " + ", ".join(f"{g} {measure(t):.2f}% ({share:.1f}% of the model)"
+                                      for g, (share, t) in o.groups.items())
+
+
+def markdown(ours: dict[int, Ours]) -> str:
     sizes = sorted(ours)
     header = " / ".join(f"ours {w}w" for w in sizes)
     paper = " / ".join(f"paper {w}w" for w in sorted(TABLE2))
     lines = [f"Percent of update elements, rows: sign of standard Lion, columns: sign of the majority vote. "
              f"Cells: {header} | {paper}.", ""]
     for w in sizes:
-        lines.append(f"- ours {w} workers: {ours[w][0]}, statistics step {ours[w][1]}")
+        lines.append(f"- ours {w} workers: {ours[w].label}, {ours[w].reading.text()}")
     lines += ["", "| Lion \\ vote | " + " | ".join(NAMES[b] for b in SIGNS) + " |", "|---|---|---|---|"]
     for a in SIGNS:
-        cells = [" / ".join(f"{ours[w][2][(a, b)]:.2f}%" for w in sizes) + " | " +
+        cells = [" / ".join(f"{ours[w].table[(a, b)]:.2f}%" for w in sizes) + " | " +
                  " / ".join(f"{TABLE2[w][(a, b)]:.2f}%" for w in sorted(TABLE2)) for b in SIGNS]
         lines.append(f"| {NAMES[a]} | " + " | ".join(cells) + " |")
+    grouped = [w for w in sizes if ours[w].groups]
+    if grouped:
+        lines += ["", "Per layer group at the same step (percent of the group's own elements):", "",
+                  "| workers | group | share of the model | vote ties (0 column) | Lion 0 (row) | "
+                  "vote = Lion (+1/+1, -1/-1) | vote = -Lion (+1/-1, -1/+1) |", "|---|---|---|---|---|---|---|"]
+        for w in grouped:
+            rows = [("model", (100.0, ours[w].table))] + list(ours[w].groups.items())
+            for g, (share, t) in rows:
+                agree = t[("pos", "pos")] + t[("neg", "neg")]
+                oppose = t[("pos", "neg")] + t[("neg", "pos")]
+                lines.append(f"| {w} | {g} | {share:.1f}% | {ties(t):.2f}% | {lion_zero(t):.2f}% | {agree:.2f}% | "
+                             f"{oppose:.2f}% |")
     return "\n".join(lines) + "\n"
 
 
-def write_csv(ours: dict[int, tuple[str, int, dict]], path: Path) -> Path:
+def write_csv(ours: dict[int, Ours], path: Path) -> Path:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["source", "workers", "step", "lion", "vote", "percent"])
-        for w, (label, step, table) in sorted(ours.items()):
-            writer.writerows([f"ours: {label}", w, step, a, b, table[(a, b)]] for a in SIGNS for b in SIGNS)
+        for w, o in sorted(ours.items()):
+            writer.writerows([f"ours: {o.label}", w, o.step, a, b, o.table[(a, b)]] for a in SIGNS for b in SIGNS)
         for w, table in sorted(TABLE2.items()):
             writer.writerows(["paper (Table 2)", w, 3000, a, b, table[(a, b)]] for a in SIGNS for b in SIGNS)
     return path
 
 
-def heatmaps(ours: dict[int, tuple[str, int, dict]], out: Path) -> list[Path]:
-    panels = [(f"ours, {w} workers (step {s})", t) for w, (_, s, t) in sorted(ours.items())]
-    panels += [(f"paper, {w} workers (iteration 3000)", t) for w, t in sorted(TABLE2.items())]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.3 * len(panels), 3.8), squeeze=False)
-    for ax, (title, table) in zip(axes[0], panels):
-        grid = [[table[(a, b)] for b in SIGNS] for a in SIGNS]
-        ax.imshow(grid, cmap="Blues", vmin=0, vmax=50)
-        for i, a in enumerate(SIGNS):
-            for j, b in enumerate(SIGNS):
-                ax.text(j, i, f"{table[(a, b)]:.2f}%", ha="center", va="center", fontsize=8)
-        ax.set_xticks(range(3), [NAMES[b] for b in SIGNS])
-        ax.set_yticks(range(3), [NAMES[a] for a in SIGNS])
-        ax.set(xlabel="sign(majority vote)", ylabel="sign(standard Lion)", title=title)
-        ax.title.set_fontsize(8)
+def write_group_csv(ours: dict[int, Ours], path: Path) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["workers", "step", "group", "share_percent", "lion", "vote", "percent"])
+        for w, o in sorted(ours.items()):
+            for g, (share, t) in o.groups.items():
+                writer.writerows([w, o.step, g, share, a, b, t[(a, b)]] for a in SIGNS for b in SIGNS)
+    return path
+
+
+def _heatmap(ax, title: str, table: Table) -> None:
+    grid = [[table[(a, b)] for b in SIGNS] for a in SIGNS]
+    ax.imshow(grid, cmap="Blues", vmin=0, vmax=50)
+    for i, a in enumerate(SIGNS):
+        for j, b in enumerate(SIGNS):
+            ax.text(j, i, f"{table[(a, b)]:.2f}%", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(3), [NAMES[b] for b in SIGNS])
+    ax.set_yticks(range(3), [NAMES[a] for a in SIGNS])
+    ax.set(xlabel="sign(majority vote)", ylabel="sign(standard Lion)", title=title)
+    ax.title.set_fontsize(8)
+
+
+def heatmaps(ours: dict[int, Ours], out: Path) -> list[Path]:
+    """Row 1: model-wide, ours and the paper's; then one row per world size with group tables."""
+    rows = [[(f"ours, {w} workers (step {o.step})", o.table) for w, o in sorted(ours.items())]
+            + [(f"paper, {w} workers (iteration 3000)", t) for w, t in sorted(TABLE2.items())]]
+    rows += [[(f"ours, {w} workers, {g} ({share:.1f}% of the model)", t) for g, (share, t) in o.groups.items()]
+             for w, o in sorted(ours.items()) if o.groups]
+    cols = max(len(r) for r in rows)
+    fig, axes = plt.subplots(len(rows), cols, figsize=(3.3 * cols, 3.8 * len(rows)), squeeze=False)
+    for r, panels in enumerate(rows):
+        for c in range(cols):
+            if c < len(panels):
+                _heatmap(axes[r][c], *panels[c])
+            else:
+                axes[r][c].axis("off")
     fig.suptitle("Table 2: update signs, majority vote vs standard Lion", fontsize=10)
     fig.tight_layout()
     return save(fig, out, "table2")
 
 
-def checks(ours: dict[int, tuple[str, int, dict]]) -> list[Check]:
-    tie = {w: ties(t) for w, (_, _, t) in ours.items()}
+def _when(o: Ours) -> str:
+    return "" if o.reading.met else " (read in the transient)"
+
+
+def checks(ours: dict[int, Ours]) -> list[Check]:
+    tie = {w: ties(o.table) for w, o in ours.items()}
     paper4 = ties(TABLE2[4])
     result = []
     if 4 in tie:
-        result.append(Check("With 4 workers over 30% of the elements have a tied majority vote",
-                            f"{tie[4]:.2f}% at 4 workers (paper {paper4:.2f}%)", tie[4] > 30))
+        detail = f"{tie[4]:.2f}% at 4 workers, step {ours[4].step}{_when(ours[4])} (paper {paper4:.2f}%)" + \
+            by_group(ours[4], ties)
+        result.append(Check("With 4 workers over 30% of the elements have a tied majority vote", detail,
+                            tie[4] > 30))
         result.append(Check(f"The tie rate at 4 workers is near the paper's {paper4:.1f}% (within 5 points)",
-                            f"{tie[4]:.2f}%", abs(tie[4] - paper4) <= 5))
+                            detail, abs(tie[4] - paper4) <= 5))
     else:
         result.append(Check("With 4 workers over 30% of the elements have a tied majority vote",
                             f"no 4-worker run (have {sorted(tie)})", None))
     claim = "The tie rate is lower with 8 workers than with 4"
     result.append(Check(claim, f"{tie[4]:.2f}% at 4, {tie[8]:.2f}% at 8 (paper {paper4:.2f}% / "
-                               f"{ties(TABLE2[8]):.2f}%)", tie[8] < tie[4]) if 4 in tie and 8 in tie else
-                  Check(claim, f"needs 4- and 8-worker runs (have {sorted(tie)})", None))
-    zero_rows = {w: sum(t[("zero", b)] for b in SIGNS) for w, (_, _, t) in ours.items()}
+                               f"{ties(TABLE2[8]):.2f}%)" + by_group(ours[8], ties), tie[8] < tie[4])
+                  if 4 in tie and 8 in tie else Check(claim, f"needs 4- and 8-worker runs (have {sorted(tie)})", None))
+    zero_rows = {w: lion_zero(o.table) for w, o in ours.items()}
     result.append(Check("Standard Lion's direction is (almost) never zero (row 0 under 1%)",
-                        ", ".join(f"{z:.3f}% at {w} workers" for w, z in sorted(zero_rows.items())),
+                        "; ".join(f"{z:.3f}% at {w} workers" + by_group(ours[w], lion_zero)
+                                  for w, z in sorted(zero_rows.items())),
                         all(z < 1 for z in zero_rows.values())))
     return result
 
 
 def make(runs: list[Run], out: Path) -> Result:
-    runs = runs_with_key(runs, "stats/vote/pos_pos", "Table 2's vote statistics: train with stats.every > 0")
+    runs = runs_with_key(runs, KEY, "Table 2's vote statistics: train with stats.every > 0")
     ours = {}
     for run in runs:
         need(run.world_size is not None, f"{run.path}: no world size in provenance.json or summary.json")
-        step, table = vote_table(run)
-        ours[run.world_size] = (run.label, step, table)
+        reading = reading_step(run, series(run, KEY)[0])
+        ours[run.world_size] = Ours(run.label, reading, vote_table(run, reading.step), group_tables(run, reading.step))
     out.mkdir(parents=True, exist_ok=True)
     (out / "table2.md").write_text(markdown(ours))
-    files = [out / "table2.md", write_csv(ours, out / "table2.csv"), *heatmaps(ours, out)]
-    return Result(files, checks(ours))
+    files = [out / "table2.md", write_csv(ours, out / "table2.csv"), write_group_csv(ours, out / "table2_groups.csv"),
+             *heatmaps(ours, out)]
+    notes = [f"{o.label} ({w} workers): {o.reading.text()}" for w, o in sorted(ours.items())]
+    return Result(files, checks(ours), notes)
 
 
 def main(argv: list[str] | None = None) -> int:
