@@ -83,5 +83,17 @@ def main(cfg: DictConfig) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
+def check_command_line() -> None:
+    """Before Hydra reads the command line: a missing preset or option is one line (exit 2), and a plain override
+    of an unknown key goes on to the schema's "did you mean" (src.engine.overrides)."""
+    from src.engine.overrides import group_problems, with_schema_keys
+
+    problems = group_problems(sys.argv[1:])
+    if problems:
+        exit_with_setup_error("cannot start training: " + "; ".join(problems), EXIT_SETUP)
+    sys.argv[1:] = with_schema_keys(sys.argv[1:])
+
+
 if __name__ == "__main__":
+    check_command_line()
     main()

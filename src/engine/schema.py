@@ -13,8 +13,10 @@ src.comm.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
 
+import dataclasses
+import types
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig
 
@@ -238,6 +240,41 @@ def config_problems(cfg: DictConfig) -> list[str]:
     if params is not None and not [p for p in found if p.startswith("model.params=")]:
         found += problems(params, MODEL_PARAMS[model_kind], "model.params")
     return found
+
+
+def _fields(schema) -> set[str]:
+    return set(get_type_hints(schema))
+
+
+def _schema_of(tp):
+    """The dataclass a key's annotation holds (through Annotated and `| None`), else None."""
+    if get_origin(tp) is Annotated:
+        return _schema_of(get_args(tp)[0])
+    for option in (tp, *(get_args(tp) if get_origin(tp) in (Union, types.UnionType) else ())):
+        if dataclasses.is_dataclass(option):
+            return option
+    return None
+
+
+# loosely typed keys whose sub-keys the schemas of their kinds know: any of those names may follow
+BY_KIND = {"data": DATA, "model.params": MODEL_PARAMS}
+
+
+def is_unknown_key(key: str) -> bool:
+    """Does dotted `key` name a key no schema allows (`optim.lrr`)? False where the schema cannot tell (a loosely
+    typed mapping such as `variant.reducer` or `stats`, or a key under `data` that some data kind has)."""
+    schema, parts = Config, key.split(".")
+    for i, part in enumerate(parts):
+        path = ".".join(parts[:i])
+        if path in BY_KIND:
+            return part not in set().union(*(_fields(s) for s in BY_KIND[path].values()))
+        if schema is None:
+            return False
+        hints = get_type_hints(schema, include_extras=True)
+        if part not in hints:
+            return True
+        schema = _schema_of(hints[part])
+    return False
 
 
 def check_config(cfg: DictConfig) -> None:
