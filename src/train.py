@@ -41,7 +41,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from src.data.errors import DataError  # noqa: E402
-from src.engine.run import execute, preflight  # noqa: E402
+from src.engine.run import execute, paper_size_note, preflight  # noqa: E402
 from src.errors import SetupError, exit_with_setup_error  # noqa: E402
 from src.reliability.guard import ReplicaDivergenceError  # noqa: E402
 from src.reliability.nonfinite import NonFiniteStepError  # noqa: E402
@@ -63,6 +63,9 @@ def main(cfg: DictConfig) -> None:
         plan = preflight(cfg, choices)
     except (SetupError, DataError) as exc:
         exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
+    note = paper_size_note(cfg, plan.ctx.world_size, choices)
+    if note and plan.ctx.is_main:
+        print(f"lioncub: {note}", flush=True)
     try:
         execute(cfg, plan, overrides)
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed

@@ -204,6 +204,7 @@ class Config:
     resume: Annotated[bool | str, Doc("false, true, auto or a checkpoint or run folder", replace=True)]
     resume_rewind: bool
     expect_world_size: Count | None
+    paper_world_size: Annotated[list, Doc("the world sizes of the paper's runs of a preset")] | None
     checkpoint: Checkpoint
     guard: Guard
     nonfinite: NonFinite
@@ -224,15 +225,16 @@ def _by_kind(cfg: DictConfig, key: str, schemas: dict) -> tuple[str | None, list
     return kind, []
 
 
-def config_problems(cfg: DictConfig) -> list[str]:
-    """Every problem of the composed config, one line each (an empty list: it may train)."""
+def config_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
+    """Every problem of the composed config, one line each (an empty list: it may train); `choices` (Hydra's
+    chosen group options) let a message name the option, e.g. data=synthetic_cifar, beside its kind."""
     found = problems(cfg, Config, skip=("hydra", "data"))
     model_kind, bad_model = _by_kind(cfg, "model", MODEL_PARAMS)
     data_kind, bad_data = _by_kind(cfg, "data", DATA)
     if bad_model or bad_data:
         return found + bad_model + bad_data
     try:
-        task_class(model_kind, data_kind)
+        task_class(model_kind, data_kind, (choices or {}).get("data"))
     except SetupError as exc:  # the model/data pairing: the other problems would follow from it
         return [str(exc)]
     found += problems(cfg.data, DATA[data_kind], "data")
@@ -277,9 +279,9 @@ def is_unknown_key(key: str) -> bool:
     return False
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise SetupError listing every problem of the composed config (types, ranges, choices, unknown keys)."""
-    found = config_problems(cfg)
+    found = config_problems(cfg, choices)
     if len(found) == 1:
         raise SetupError(found[0])
     if found:
