@@ -6,14 +6,10 @@ adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_ov
 is named after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
 `python -m src.train` would (so a typo fails here, before anything is submitted) and reads what the submission
 must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`. `preflight` then runs
-src.train's own checks (src.engine.run.check_run: schema, model, variant at the job's world size, data, schedule,
-W&B login, ...) for rank 0 of the job as it will run, on `nodes` x `nproc_per_node` ranks with the partition's GPUs,
-and turns their message into a SubmitError.
-
-Where the data is checked: the job runs in this repository (its script `cd`s here), so a relative data path is
-checked here. An absolute one is checked when its top-level folder exists on this machine (`/scratch/...` with a
-`/scratch` here: a shared file system); otherwise one line says it is left to the job. `--skip-data-check` leaves
-every data folder to the job (data staged to the nodes' local disks by the profile's `setup`).
+src.train's own checks (src.engine.job_check: schema, model, variant at the job's world size, data, schedule, W&B
+login, ...) for rank 0 of the job as it will run, on `nodes` x `nproc_per_node` ranks with the partition's GPUs,
+and turns their message into a SubmitError. Which data folders can be checked from here: see src.engine.job_check
+(`--skip-data-check` leaves them all to the job).
 """
 from __future__ import annotations
 
@@ -137,52 +133,28 @@ def compose_run(run: RunSpec, overrides: tuple[str, ...]):
         raise SubmitError(f"run {run.name!r} ({' '.join(overrides)}): {first}") from None
 
 
-def data_path(cfg) -> str | None:
-    """The data folder a run reads (`data.dir` of token data, `data.root` of CIFAR)."""
-    return cfg.data.get("dir") or cfg.data.get("root")
-
-
-def visible_here(path: str) -> bool:
-    """Can this machine tell whether `path` exists where the job runs (see the module docstring)?"""
-    parts = Path(path).parts
-    return not Path(path).is_absolute() or len(parts) < 2 or (Path(parts[0]) / parts[1]).exists()
-
-
 def preflight(run: RunSpec, overrides: tuple[str, ...], nodes: int, nproc_per_node: int, gpus_per_node: int,
               check_data: bool = True) -> list[str]:
-    """src.train's checks of `run` with `overrides` as the job will start it (see the module docstring); returns
-    the notes to print, raises SubmitError with src.train's message."""
-    import contextlib
-
+    """src.train's checks of `run` with `overrides` as the job will start it (src.engine.job_check); returns the
+    notes to print, raises SubmitError with src.train's message."""
     from omegaconf import open_dict
 
     from src.data.errors import DataError
-    from src.dist.setup import job_context
-    from src.engine.run import check_run, paper_size_note
-    from src.engine.schema import check_config
+    from src.engine.job_check import check_job
     from src.errors import SetupError
 
     cfg = compose_run(run, overrides)
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
-    world, notes = nodes * nproc_per_node, []
-    where = data_path(cfg)
-    if check_data and where and not visible_here(where):
-        check_data = False
-        notes.append(f"run {run.name!r}: data {where} is on a path this machine does not have "
-                     f"({Path(*Path(where).parts[:2])}); the job checks it where it runs")
     try:
-        with contextlib.chdir(REPO):  # the job runs in the repository: relative paths are read from there
-            check_config(cfg, choices)
-            check_run(cfg, job_context(cfg.device, cfg.network, world, nproc_per_node, gpus_per_node), check_data)
+        notes = check_job(cfg, choices, nodes * nproc_per_node, nproc_per_node, gpus_per_node, check_data)
     except DataError as exc:
         raise SubmitError(f"run {run.name!r}: {exc}\n  (every rank of the job would stop there; data that only the "
                           "compute nodes have: add --skip-data-check)") from None
     except SetupError as exc:
         raise SubmitError(f"run {run.name!r}: {exc}") from None
-    note = paper_size_note(cfg, world, choices)
-    return notes + ([f"run {run.name!r}: {note}"] if note else [])
+    return [f"run {run.name!r}: {note}" for note in notes]
 
 
 def check_config(run: RunSpec) -> RunConfig:

@@ -148,7 +148,7 @@ def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = Non
     if not sizes or world_size in sizes:
         return None
     preset = (choices or {}).get("exp") or "this preset"
-    return (f"note: the paper ran {preset} with {' or '.join(map(str, sizes))} processes; this run has {world_size}, "
+    return (f"the paper ran {preset} with {' or '.join(map(str, sizes))} processes; this run has {world_size}, "
             "so its curves and timings are not the paper's setup (expect_world_size=N refuses any other size)")
 
 
