@@ -54,6 +54,17 @@ from src.reliability.signals import EXIT_INTERRUPTED, Interrupted  # noqa: E402
 from src.runlog.command import resume_command, sweep_resume_command  # noqa: E402
 
 
+def quiet_cuda_home_warning() -> None:
+    """A CUDA build of torch on a machine without CUDA logs "No CUDA runtime is found, using CUDA_HOME=..." from
+    every rank when torch.compile first loads its C++ toolchain (the codecs of src.comm); nothing here uses CUDA."""
+    import logging
+
+    import torch
+
+    if not torch.cuda.is_available():
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
 def task_overrides(hydra_cfg) -> list[str]:
     """This run's overrides (a sweep point's own, in a multirun), as a later command would repeat them."""
     return [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task]
@@ -107,4 +118,5 @@ def check_command_line() -> None:
 
 if __name__ == "__main__":
     check_command_line()
+    quiet_cuda_home_warning()
     main()

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 def submit(*args: str, out: Path) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(out.parent)}  # no sbatch: a dry run or a refusal needs none
     return subprocess.run([sys.executable, "-m", "slurm.submit", *args, "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # generous: a loaded 2-core machine
 
 
 def scripts(stdout: str) -> list[str]:
