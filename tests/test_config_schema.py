@@ -169,3 +169,17 @@ def test_report_of_a_missing_folder_is_a_message(tmp_path):
     proc = cli(str(tmp_path / "nonexist"), "--out", str(tmp_path / "out"), module=("-m", "analysis.report"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"analysis.report: error: {tmp_path / 'nonexist'} does not exist")
+
+
+def test_overrides_read_before_hydra():
+    """Only plain overrides of keys the schema knows are unknown become `++`; group options are checked by file."""
+    from src.engine.overrides import group_problems, with_schema_keys
+
+    args = ["optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "seedd=3", "+optim.lrr=2", "hydra.run.dir=x",
+            "model=gpt_tiny", "variant.reducer.bits=3", "data.block_size=8", "data.nope=1"]
+    assert with_schema_keys(args) == ["++optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "++seedd=3", "+optim.lrr=2",
+                                      "hydra.run.dir=x", "model=gpt_tiny", "variant.reducer.bits=3",
+                                      "data.block_size=8", "++data.nope=1"]
+    assert group_problems(["optim=model/gpt_tiny", "+exp=demo", "variant=cub4,lion32", "hydra/launcher=x"]) == []
+    (problem,) = group_problems(["variant=cub4,cub5"])
+    assert problem.startswith("variant=cub4,cub5: no variant option 'cub5' (no conf/variant/cub5.yaml); did you mean")

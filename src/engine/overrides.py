@@ -57,7 +57,7 @@ def group_problem(override, conf: Path = CONF) -> str | None:
         return None
     values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
     known = options(group, conf)
-    missing = [v for v in values if isinstance(v, str) and v not in known]
+    missing = [v for v in values if isinstance(v, str) and not (conf / group / f"{v}.yaml").is_file()]
     if not missing or not known:
         return None
     what = _WORDS.get(group, f"{group} option")
