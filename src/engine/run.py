@@ -5,7 +5,10 @@ Section 7 setups): the typed schema of the whole config (src.engine.schema: type
 launch and device (src.dist.setup), the model/data pairing and the model on the meta device, the variant at this
 world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
 reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
-(src.reliability.resume).
+(src.reliability.resume). The data is opened before the model is checked against it, so missing data is reported
+first. `check_run()` is the part that takes the launch as given (a `DistContext`): src.engine.job_check runs it for
+rank 0 of a Slurm job before submitting. `paper_size_note()` is the line rank 0 prints when a paper preset runs at a
+world size none of its figures used (`paper_world_size`).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
 `summary.json` and the timing table. With `reducer: auto` rank 0 prints the reducer chosen and the predicted times
