@@ -9,7 +9,9 @@ CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, dat
 .PHONY: help install test test-all bench-core
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' \
+	  '{n[NR] = $$1; d[NR] = $$2; if (length($$1) > w) w = length($$1)} \
+	   END {for (i = 1; i <= NR; i++) printf ("  make %-" w "s  %s\n"), n[i], d[i]}'
 
 install:  ## install what is missing (torch 2.14.1 from local disk, the rest from PyPI)
 	@$(PYTHON) -c "import $(CHECK_IMPORTS)" 2>/dev/null && $(PYTHON) -c "import importlib.util as u, sys; sys.exit(u.find_spec('whisper') is None)" \

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 
-def launch_command(nodes: int, nproc_per_node: int, rate: str) -> list[str]:
+def launch_command(nodes: int, nproc_per_node: int, rate: str, python: str = sys.executable) -> list[str]:
     """The launcher of the emulated cluster, up to `--`: at a rate, or on a paper-equivalent link."""
     if rate.startswith("paper_"):
-        return [sys.executable, "-m", "src.launch.paper_link", f"network={rate}", f"nodes={nodes}",
+        return [python, "-m", "src.launch.paper_link", f"network={rate}", f"nodes={nodes}",
                 f"nproc_per_node={nproc_per_node}"]
-    return [sys.executable, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
+    return [python, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
             f"rate={rate}"]
 
 

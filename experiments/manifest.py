@@ -3,6 +3,9 @@ produce it at two scales (contract 5 between branches).
 
     python -m experiments.manifest fig5 [--scale laptop|tiny|paper]     # print the runs and their launch commands
 
+The printed command of a run on several nodes is the multi-node torchrun (`--nnodes`, a c10d rendezvous on the
+first node) to start on each node, followed by the `python -m slurm.submit` line that submits the manifest.
+
 `experiments/<name>.yaml` holds `name`, `figure` ("Fig. 5"), `figure_title` and `caption` (the paper's),
 `finding` (the paper's text stating what the figure shows), `analysis` (the module that draws it, e.g.
 analysis.fig5) and `scales.paper` / `scales.laptop` / `scales.tiny`, each with optional `defaults` and a list of
@@ -265,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
               f"analysis: python -m {m.analysis})")
         for spec in m.runs:
             print(f"  {spec.name} [{spec.nodes}x{spec.nproc_per_node}, {spec.launcher}]: "
-                  f"{shlex.join(command(spec, Path('RUN_DIR')))}")
+                  f"{shlex.join(command(spec, Path('RUN_DIR'), python='python'))}")
+        if any(s.launcher == "torchrun" and s.nodes > 1 for s in m.runs):
+            print(f"  (runs on several nodes: start the line on each node, HOST being the first node's address; on "
+                  f"Slurm: python -m slurm.submit {m.name} --scale {m.scale})")
     return 0
 
 

@@ -4,10 +4,11 @@ Each run gets the folder `<runs root>/<run name>-<key>` (the key digests what th
 different manifests share one folder and a changed run gets a new one). A run whose folder holds `summary.json`
 (training) or `done.json` (other modules) is finished and not run again; an unfinished folder left by an
 interrupted attempt is moved aside to `<folder>.incomplete-<n>` and the run starts over. Training runs get
-`run.dir=<folder>`; the communication benchmark writes `<folder>/comm.csv`. The launcher is `torchrun --standalone`
-for one node, or the emulated cluster (`python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=..`, or
-`python -m src.launch.paper_link network=<rate>` for `rate: paper_ethernet|paper_infiniband`; root needed); runs
-of several real nodes belong on a cluster (Slurm) and are refused here. Output goes to
+`run.dir=<folder>`; the communication benchmark writes `<folder>/comm.csv`. The launcher is torchrun (`python -m
+src.launch.torchrun --standalone`, whose log ends with lioncub's line and exit status) for one node, or the emulated
+cluster (`python -m src.launch.emulate nodes=.. nproc_per_node=.. rate=..`, or `python -m src.launch.paper_link
+network=<rate>` for `rate: paper_ethernet|paper_infiniband`; root needed); runs of several real nodes belong on a
+cluster (Slurm) and are refused here. Output goes to
 `<runs root>/logs/<folder>.log`; `<runs root>/ledger.json` keeps each run's wall time (launch to exit).
 """
 from __future__ import annotations
@@ -44,17 +45,20 @@ def is_finished(spec: RunSpec, folder: Path) -> bool:
     return (folder / marker).is_file()
 
 
-def command(spec: RunSpec, folder: Path) -> list[str]:
-    """The command line that runs `spec` into `folder` on this machine."""
+def command(spec: RunSpec, folder: Path, python: str = sys.executable) -> list[str]:
+    """The command line that runs `spec` into `folder`: on this machine (one node), else the one to start on each of
+    its nodes (a c10d rendezvous on the first, `HOST`), as `python -m experiments.manifest` prints it."""
     if spec.module == "src.train":
         job = [*spec.overrides, f"run.dir={folder}"]
     else:
         job = [*spec.args, "--out", str(folder / "comm.csv")]
     if spec.launcher == "emulate":
-        head = launch_command(spec.nodes, spec.nproc_per_node, spec.rate or "1gbit")
+        head = launch_command(spec.nodes, spec.nproc_per_node, spec.rate or "1gbit", python)
         return head + ([] if spec.module == "src.train" else ["--module", spec.module]) + ["--", *job]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={spec.nproc_per_node}",
-            "-m", spec.module, *job]
+    where = (["--standalone"] if spec.nodes == 1 else
+             [f"--nnodes={spec.nodes}", "--rdzv_backend=c10d", "--rdzv_endpoint=HOST:29500", f"--rdzv_id={spec.name}"])
+    return [python, "-m", "src.launch.torchrun", *where, f"--nproc_per_node={spec.nproc_per_node}", "-m", spec.module,
+            *job]
 
 
 def _ledger(root: Path) -> dict:

@@ -5,7 +5,11 @@ adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_ov
 `+exp=NAME key=a,b ...`: every combination of the comma-separated values is one run, as in Hydra's multirun, and
 is named after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
 `python -m src.train` would (so a typo fails here, before anything is submitted) and reads what the submission
-must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`.
+must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`. `preflight` then runs
+src.train's own checks (src.engine.job_check: schema, model, variant at the job's world size, data, schedule, W&B
+login, ...) for rank 0 of the job as it will run, on `nodes` x `nproc_per_node` ranks with the partition's GPUs,
+and turns their message into a SubmitError. Which data folders can be checked from here: see src.engine.job_check
+(`--skip-data-check` leaves them all to the job).
 """
 from __future__ import annotations
 
@@ -109,6 +113,50 @@ class RunConfig:
     checkpoint_every: int
 
 
+def compose_run(run: RunSpec, overrides: tuple[str, ...]):
+    """The configuration `python -m src.train OVERRIDES` composes (its Hydra choices under `cfg.hydra`), with
+    src.train's one-line messages for a missing preset or option and for an unknown key."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from src.engine.overrides import group_problems, with_schema_keys
+
+    problems = group_problems(list(overrides))
+    if problems:
+        raise SubmitError(f"run {run.name!r}: " + "; ".join(problems))
+    try:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+            return compose(config_name="config", overrides=with_schema_keys(list(overrides)), return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SubmitError(f"run {run.name!r} ({' '.join(overrides)}): {first}") from None
+
+
+def preflight(run: RunSpec, overrides: tuple[str, ...], nodes: int, nproc_per_node: int, gpus_per_node: int,
+              check_data: bool = True) -> list[str]:
+    """src.train's checks of `run` with `overrides` as the job will start it (src.engine.job_check); returns the
+    notes to print, raises SubmitError with src.train's message."""
+    from omegaconf import open_dict
+
+    from src.data.errors import DataError
+    from src.engine.job_check import check_job
+    from src.errors import SetupError
+
+    cfg = compose_run(run, overrides)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    try:
+        notes = check_job(cfg, choices, nodes * nproc_per_node, nproc_per_node, gpus_per_node, check_data)
+    except DataError as exc:
+        raise SubmitError(f"run {run.name!r}: {exc}\n  (every rank of the job would stop there; data that only the "
+                          "compute nodes have: add --skip-data-check)") from None
+    except SetupError as exc:
+        raise SubmitError(f"run {run.name!r}: {exc}") from None
+    return [f"run {run.name!r}: {note}" for note in notes]
+
+
 def check_config(run: RunSpec) -> RunConfig:
     """Compose the run's configuration as `python -m src.train` would; SubmitError naming the run if it fails."""
     from hydra import compose, initialize_config_dir
@@ -116,12 +164,7 @@ def check_config(run: RunSpec) -> RunConfig:
     from omegaconf.errors import OmegaConfBaseException
 
     check_reserved(run)
-    try:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-            cfg = compose(config_name="config", overrides=list(run.overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SubmitError(f"run {run.name!r} ({' '.join(run.overrides)}): {first}") from None
+    cfg = compose_run(run, run.overrides)
     expected = cfg.get("expect_world_size")
     return RunConfig(int(expected) if expected is not None else None, str(cfg.network.get("name")),
                      int(cfg.checkpoint.get("every") or 0))

@@ -17,7 +17,9 @@ processes (manifest) beat the profile; options beat both. A run that chooses no 
 Everything is checked before anything is submitted; each problem exits with status 2 and a message naming the
 numbers: a run asking for more processes per node than the partition's nodes have GPUs (CPUs on CPU nodes), more
 nodes than it allows, a partition the profile (or `sinfo`) does not know, a preset that pins another world size
-(`expect_world_size`), overrides that do not compose, `run.dir`/`resume` set by hand (the job sets them).
+(`expect_world_size`), overrides that do not compose, `run.dir`/`resume` set by hand (the job sets them), and
+every check `python -m src.train` makes before training, for rank 0 of the job on its nodes (slurm.runs.preflight:
+the same messages; the data where this machine can see it, see there).
 Each submission gets `<runs_root>/<name>-<YYYYmmdd-HHMMSS>/` with the scripts, `submission.json` (runs and job
 ids), `logs/`, `jobs/` (one line per attempt) and one run folder `<run>-<job id>` per run.
 """
@@ -34,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from slurm.profile import Profile, SubmitError, load_profile
-from slurm.runs import REPO, RunSet, RunSpec, check_config, from_manifest, from_overrides
+from slurm.runs import REPO, RunSet, RunSpec, check_config, from_manifest, from_overrides, preflight
 from slurm.script import JobSpec, render
 
 DEFAULT_PROFILE = "example"
@@ -56,6 +58,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.add_argument(flag)
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--nproc-per-node", type=int, dest="nproc_per_node")
+    parser.add_argument("--skip-data-check", action="store_true",
+                        help="leave the data folders to the job (e.g. data staged to the nodes' local disks)")
     return parser.parse_intermixed_args(argv)
 
 
@@ -109,6 +113,9 @@ def plan_job(run: RunSpec, args: argparse.Namespace, profile: Profile) -> tuple[
         config = replace(config, network=network)
     if config.network == "emulated":
         overrides += (f"network.nodes={nodes}", f"network.nproc_per_node={nproc}")
+    for note in preflight(run, overrides, nodes, nproc, nproc if part.gpus_per_node else 0,
+                          check_data=not getattr(args, "skip_data_check", False)):
+        print(f"slurm.submit: note: {note}", file=sys.stderr)
     return nodes, nproc, overrides, config.checkpoint_every
 
 

@@ -6,6 +6,10 @@ engine), and depends on nothing.
 `SetupError` carries a message that says what is wrong, with the numbers, and what to change. `python -m src.train`
 prints it without a traceback (`exit_with_setup_error`: once, from rank 0 first) and exits with status 2, before
 any process group, run folder or training step exists.
+
+`record_exit` leaves the line that ends a run (and its exit status) where a launcher shows it last: in torchrun's
+error file (`TORCHELASTIC_ERROR_FILE`: plain torchrun prints it as the root cause at the end of its report) and in
+`LIONCUB_EXIT_FILE` (set by `python -m src.launch.torchrun`, which prints it after torchrun's report).
 """
 from __future__ import annotations
 
@@ -15,6 +19,33 @@ class SetupError(ValueError):
 
 
 SILENT_RANK_WAIT_S = 10.0
+EXIT_FILE_ENV = "LIONCUB_EXIT_FILE"
+MEANINGS = {2: "configuration", 3: "stopped", 75: "interrupted", 130: "interrupted while not training"}
+
+
+def exit_line(line: str, status: int) -> str:
+    """`line` with the exit status and what it means, as a launcher prints it last."""
+    meaning = MEANINGS.get(status)
+    return f"{line} (exit {status}" + (f": {meaning})" if meaning else ")")
+
+
+def record_exit(line: str, status: int) -> None:
+    """Leave `line` and `status` for the launcher (see the module docstring); never raises."""
+    import json
+    import os
+    import time
+
+    text = exit_line(line, status)
+    records = {os.environ.get("TORCHELASTIC_ERROR_FILE"): {"message": {"message": text, "extraInfo": {
+                   "py_callstack": text, "timestamp": str(int(time.time()))}}},
+               os.environ.get(EXIT_FILE_ENV): {"status": status, "line": line}}
+    for path, record in records.items():
+        if path:
+            try:
+                with open(path, "w") as f:
+                    json.dump(record, f)
+            except OSError:
+                pass
 
 
 def exit_with_setup_error(message: str, status: int = 2) -> None:
@@ -34,5 +65,6 @@ def exit_with_setup_error(message: str, status: int = 2) -> None:
         time.sleep(SILENT_RANK_WAIT_S)
     prefix = "" if rank == "0" else f"[rank {rank}] "
     print(f"{prefix}lioncub: {message}", file=sys.stderr, flush=True)
+    record_exit(f"{prefix}lioncub: {message}", status)
     sys.stdout.flush()
     os._exit(status)

@@ -6,7 +6,9 @@ one of the optimizer variants (Lion 32/16-bit, Lion Cub 8/4/1-bit, distributed L
 `-m` (Hydra multirun) sweeps, alone or under torchrun: the runs of a sweep go into one sweep folder, each labelled
 by the overrides that differ between them (hydra_plugins/lioncub_sweeper). `python src/train.py` works too.
 
-Exit status (rank 0 prints why; under torchrun, torchrun's report shows it as the worker's `exitcode`):
+Exit status (rank 0 prints why; under torchrun, torchrun's report shows it as the worker's `exitcode`, and the line
+as the root cause at the end of its report; `python -m src.launch.torchrun`, torchrun with the same arguments,
+prints the line and exits with the status after torchrun's report, see src.launch.torchrun):
 - 0: trained (or a resumed run had nothing left to do);
 - 2: the configuration cannot train, or torch is older than src.compat.MIN_TORCH: every problem is printed once, by
   rank 0, before any process group, run folder or training step exists (other ranks wait a moment, then exit
@@ -30,6 +32,9 @@ EXIT_SETUP, EXIT_STOPPED, EXIT_CTRL_C = 2, 3, 130
 def _quit_before_training(signum, frame) -> None:
     if os.environ.get("RANK", "0") == "0":
         os.write(2, b"lioncub: interrupted while not training (nothing to checkpoint)\n")
+        from src.errors import record_exit
+
+        record_exit("lioncub: interrupted while not training (nothing to checkpoint)", EXIT_CTRL_C)
     raise SystemExit(EXIT_CTRL_C)
 
 
@@ -44,12 +49,23 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from src.compat import TorchTooOld, check_torch  # noqa: E402
 from src.data.errors import DataError  # noqa: E402
-from src.engine.run import execute, preflight  # noqa: E402
-from src.errors import SetupError, exit_with_setup_error  # noqa: E402
+from src.engine.run import execute, paper_size_note, preflight  # noqa: E402
+from src.errors import SetupError, exit_with_setup_error, record_exit  # noqa: E402
 from src.reliability.guard import ReplicaDivergenceError  # noqa: E402
 from src.reliability.nonfinite import NonFiniteStepError  # noqa: E402
 from src.reliability.signals import EXIT_INTERRUPTED, Interrupted  # noqa: E402
 from src.runlog.command import resume_command, sweep_resume_command  # noqa: E402
+
+
+def quiet_cuda_home_warning() -> None:
+    """A CUDA build of torch on a machine without CUDA logs "No CUDA runtime is found, using CUDA_HOME=..." from
+    every rank when torch.compile first loads its C++ toolchain (the codecs of src.comm); nothing here uses CUDA."""
+    import logging
+
+    import torch
+
+    if not torch.cuda.is_available():
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 def task_overrides(hydra_cfg) -> list[str]:
@@ -67,6 +83,9 @@ def main(cfg: DictConfig) -> None:
         plan = preflight(cfg, choices)
     except (SetupError, DataError, TorchTooOld) as exc:
         exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
+    note = paper_size_note(cfg, plan.ctx.world_size, choices)
+    if note and plan.ctx.is_main:
+        print(f"lioncub: note: {note}", flush=True)
     try:
         execute(cfg, plan, overrides, run_index=int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0))
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed
@@ -74,18 +93,34 @@ def main(cfg: DictConfig) -> None:
     except (ReplicaDivergenceError, NonFiniteStepError) as exc:
         if plan.ctx.is_main:
             print(f"lioncub: training stopped: {exc}", file=sys.stderr, flush=True)
+            record_exit(f"lioncub: training stopped: {exc}", EXIT_STOPPED)
         sys.exit(EXIT_STOPPED)
     except Interrupted as exc:
         if plan.ctx.is_main:
             print(f"lioncub: {signal.Signals(exc.signum).name} received; checkpoint of step {exc.step} in "
                   f"{exc.checkpoint}", flush=True)
-            print(f"lioncub: interrupted at step {exc.step}; resume with: "
-                  f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}", flush=True)
+            line = (f"lioncub: interrupted at step {exc.step}; resume with: "
+                    f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}")
+            print(line, flush=True)
+            record_exit(line, EXIT_INTERRUPTED)
             if cfg.run.get("sweep"):
                 print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
                       f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
         sys.exit(EXIT_INTERRUPTED)
 
 
+def check_command_line() -> None:
+    """Before Hydra reads the command line: a missing preset or option is one line (exit 2), and a plain override
+    of an unknown key goes on to the schema's "did you mean" (src.engine.overrides)."""
+    from src.engine.overrides import group_problems, with_schema_keys
+
+    problems = group_problems(sys.argv[1:])
+    if problems:
+        exit_with_setup_error("cannot start training: " + "; ".join(problems), EXIT_SETUP)
+    sys.argv[1:] = with_schema_keys(sys.argv[1:])
+
+
 if __name__ == "__main__":
+    check_command_line()
+    quiet_cuda_home_warning()
     main()

@@ -84,7 +84,7 @@ def _env() -> dict:
 
 def cli(*args: str, module: tuple[str, ...] = ("-m", "src.train")) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *module, *args], cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=180, check=False)
+                          timeout=600, check=False)
 
 
 @pytest.mark.parametrize("override", BAD)
@@ -102,20 +102,84 @@ def test_script_path_works_and_refuses_too(tmp_path):
 
 
 def test_torchrun_prints_every_problem_once_first_and_the_worker_exits_2(tmp_path):
+    """Plain torchrun: rank 0's message comes once before torchrun's report, and again as its root cause at the end."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "src.train",
            *BAD, f"run.root={tmp_path / 'runs'}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=300, check=False)
+                          timeout=600, check=False)
     out = proc.stdout
     assert proc.returncode != 0 and "exitcode  : 2" in out, out[-3000:]
     first = out.index("lioncub: cannot start training: 5 problems in the configuration:")
-    assert out.count("lioncub: cannot start training") == 1 and "Traceback" not in out[:first]
+    report = out.index("Root Cause (first observed failure)")
+    assert out[:report].count("lioncub: cannot start training") == 1 and "Traceback" not in out[:first]
     for line in BAD.values():
         assert line in out[first:first + 2000]
+    assert "traceback : lioncub: cannot start training: 5 problems" in out[report:]
+    assert out.rstrip().splitlines()[-2].endswith("(exit 2: configuration)")
     assert not (tmp_path / "runs").exists()
+
+
+def test_under_the_torchrun_launcher_the_last_line_is_lioncubs_and_the_status_2(tmp_path):
+    """`python -m src.launch.torchrun` (torchrun's arguments): torchrun's report stays, lioncub's line ends it."""
+    cmd = [sys.executable, "-m", "src.launch.torchrun", "--standalone", "--nproc_per_node=2", "-m", "src.train",
+           "optim.lr=-1", f"run.root={tmp_path / 'runs'}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600, check=False)
+    out = proc.stdout
+    assert proc.returncode == 2, out[-3000:]
+    assert "Root Cause (first observed failure)" in out and "Traceback" not in out
+    assert out.rstrip().splitlines()[-1] == ("lioncub: cannot start training: optim.lr=-1: must be a number > 0 "
+                                             "(exit 2: configuration)")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_typo_in_a_plain_override_gets_did_you_mean(tmp_path):
+    """`optim.lrr=1` (no +): the schema's one line naming optim.lr, not Hydra's advice to append the key."""
+    proc = cli("optim.lrr=1", f"run.root={tmp_path / 'runs'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith("lioncub: cannot start training: optim.lrr=1: unknown key; did you mean optim.lr?")
+    assert len(proc.stderr.splitlines()) == 1 and "+optim.lrr" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_preset_is_one_line_with_the_near_ones(tmp_path):
+    proc = cli("+exp=gpt774m_4bt", f"run.root={tmp_path / 'runs'}")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
+    assert proc.stderr.startswith("lioncub: cannot start training: +exp=gpt774m_4bt: no preset 'gpt774m_4bt'")
+    assert "did you mean gpt774m_4bit" in proc.stderr
+    proc = cli("+exp=nope", f"run.root={tmp_path / 'runs'}")
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr[-3000:]
+    assert "+exp=nope: no preset 'nope' (no conf/exp/nope.yaml)" in proc.stderr
+
+
+def test_wandb_online_without_a_key_is_refused_before_the_run_folder(tmp_path):
+    env = {k: v for k, v in _env().items() if not k.startswith("WANDB_") and k != "NETRC"}
+    env["HOME"] = str(tmp_path / "home")  # no ~/.netrc, so no `wandb login` here
+    proc = subprocess.run([sys.executable, "-m", "src.train", "logger=wandb", "logger.mode=online",
+                           f"run.root={tmp_path / 'runs'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("lioncub: cannot start training: logger=wandb logger.mode=online, but W&B has no "
+                                  "API key here") and len(proc.stderr.splitlines()) == 1
+    assert "wandb login" in proc.stderr and "logger.mode=offline" in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (REPO / "wandb").exists()
 
 
 def test_report_of_a_missing_folder_is_a_message(tmp_path):
     proc = cli(str(tmp_path / "nonexist"), "--out", str(tmp_path / "out"), module=("-m", "analysis.report"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"analysis.report: error: {tmp_path / 'nonexist'} does not exist")
+
+
+def test_overrides_read_before_hydra():
+    """Only plain overrides of keys the schema knows are unknown become `++`; group options are checked by file."""
+    from src.engine.overrides import group_problems, with_schema_keys
+
+    args = ["optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "seedd=3", "+optim.lrr=2", "hydra.run.dir=x",
+            "model=gpt_tiny", "variant.reducer.bits=3", "data.block_size=8", "data.nope=1"]
+    assert with_schema_keys(args) == ["++optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "++seedd=3", "+optim.lrr=2",
+                                      "hydra.run.dir=x", "model=gpt_tiny", "variant.reducer.bits=3",
+                                      "data.block_size=8", "++data.nope=1"]
+    assert group_problems(["optim=model/gpt_tiny", "+exp=demo", "variant=cub4,lion32", "hydra/launcher=x"]) == []
+    (problem,) = group_problems(["variant=cub4,cub5"])
+    assert problem.startswith("variant=cub4,cub5: no variant option 'cub5' (no conf/variant/cub5.yaml); did you mean")

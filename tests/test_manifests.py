@@ -5,6 +5,7 @@ the laptop corpus (no training token twice) in its model's vocabulary, and a bad
 status 2."""
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -109,8 +110,22 @@ def test_commands():
     assert command(bench, Path("/x"))[-2:] == ["--out", "/x/comm.csv"]
     assert command(bench, Path("/x"))[6:9] == ["--module", "src.bench.comm_bench", "--"]
     local = load_manifest("fig3", "laptop").runs[0]
-    assert command(local, Path("/x"))[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+    assert command(local, Path("/x"))[1:6] == ["-m", "src.launch.torchrun", "--standalone", "--nproc_per_node=4",
                                                "-m"]
+
+
+def test_the_paper_command_of_a_2x4_run_starts_8_ranks_on_2_nodes():
+    """What `python -m experiments.manifest fig12 --scale paper` prints: the multi-node torchrun, plain `python`."""
+    proc = subprocess.run([sys.executable, "-m", "experiments.manifest", "fig12", "--scale", "paper"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    runs = [line for line in proc.stdout.splitlines() if "[2x4, torchrun]" in line]
+    assert len(runs) == 8
+    for line in runs:
+        cmd = shlex.split(line.split(": ", 1)[1])
+        assert cmd[:3] == ["python", "-m", "src.launch.torchrun"] and "--nnodes=2" in cmd
+        assert "--nproc_per_node=4" in cmd and "--standalone" not in cmd and "--rdzv_backend=c10d" in cmd
+    assert "python -m slurm.submit fig12 --scale paper" in proc.stdout
 
 
 def write_manifest(tmp_path, runs, scale="laptop", **top):

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 def submit(*args: str, out: Path) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(out.parent)}  # no sbatch: a dry run or a refusal needs none
     return subprocess.run([sys.executable, "-m", "slurm.submit", *args, "--out", str(out)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)  # generous: a loaded 2-core machine
 
 
 def scripts(stdout: str) -> list[str]:
@@ -32,7 +32,7 @@ def scripts(stdout: str) -> list[str]:
 
 def test_dry_run_of_a_paper_run_on_2_nodes_x_4_gpus(tmp_path):
     proc = submit("+exp=gpt774m_4bit", "checkpoint.every=0", "--profile", "example", "--dry-run",
-                  out=tmp_path / "out")
+                  "--skip-data-check", out=tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     (script,) = scripts(proc.stdout)
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
@@ -52,7 +52,8 @@ def test_dry_run_of_a_paper_run_on_2_nodes_x_4_gpus(tmp_path):
 
 
 def test_a_sweep_is_one_job_array_and_gets_the_profiles_network(tmp_path):
-    proc = submit("+exp=demo", "seed=1,2,3", "--profile", "local", "--nodes", "2", "--dry-run", out=tmp_path)
+    proc = submit("+exp=demo", "seed=1,2,3", "--profile", "local", "--nodes", "2", "--dry-run", "--skip-data-check",
+                  out=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (script,) = scripts(proc.stdout)
     assert "#SBATCH --array=0-2" in script and "--gpus-per-node" not in script
@@ -66,7 +67,7 @@ def test_runs_of_different_shapes_go_to_separate_jobs():
     assert [r.name for r in swept.runs] == ["seed-1", "seed-2"]
     first, second = swept.runs  # as a manifest would give them: the second run on 2 nodes
     runset = RunSet("fig", (first, RunSpec("big", second.overrides, nodes=2)), "test")
-    jobs = plan_jobs(runset, parse_args(["x=1", "--profile", "local"]), load_profile("local"))
+    jobs = plan_jobs(runset, parse_args(["x=1", "--profile", "local", "--skip-data-check"]), load_profile("local"))
     assert [(j.nodes, j.nproc_per_node, [r.name for r in j.runs]) for j in jobs] == [(1, 2, ["seed-1"]),
                                                                                    (2, 2, ["big"])]
     assert [j.name for j in jobs] == ["lc-fig-1x2", "lc-fig-2x2"]
@@ -97,13 +98,46 @@ def test_bad_input_is_refused_before_anything_is_submitted(args, words, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("override, words", [
+    ("train.steps=abc", ["train.steps='abc': must be an integer >= 1"]),
+    ("optim.lr=-1", ["optim.lr=-1: must be a number > 0"]),
+    ("+optim.lrr=1", ["optim.lrr=1: unknown key; did you mean optim.lr?"]),
+    ("optim.lrr=1", ["optim.lrr=1: unknown key; did you mean optim.lr?"]),
+    ("variant.reducer.bits=3", ["variant=cub4 with 8 process(es)", "bits=3"]),
+    ("+exp=nope", ["+exp=nope: no preset 'nope'"]),
+])
+def test_a_job_that_would_fail_is_refused_with_src_trains_message(override, words, tmp_path):
+    """src.train's own checks, for rank 0 of the job on 2 nodes x 4 GPUs: a dry run writes no script either."""
+    proc = submit("+exp=gpt774m_4bit", override, "--profile", "example", "--dry-run", "--skip-data-check",
+                  out=tmp_path / "out")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("slurm.submit: cannot submit: run ") and len(proc.stderr.splitlines()) == 1
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_data_is_refused_where_this_machine_sees_it(tmp_path):
+    """Data under the repository (the job runs there) is checked here; a path this machine lacks is the job's."""
+    proc = submit("+exp=resnet18_4bit", f"data.root={tmp_path / 'nothing'}", "--profile", "example", "--dry-run",
+                  out=tmp_path / "out")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "no CIFAR-100 data at" in proc.stderr and "--skip-data-check" in proc.stderr
+    proc = submit("+exp=resnet18_4bit", "data.root=/no-such-mount/cifar100", "--profile", "example", "--dry-run",
+                  out=tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert "data /no-such-mount/cifar100 is on a path this machine does not have" in proc.stderr
+    assert "the job checks it where it runs" in proc.stderr
+
+
 def test_manifest_source_at_both_scales(tmp_path):
     """A figure's manifest (experiments/, issue 8) as the source: a shape the profile's nodes cannot hold is refused
     naming the run and the way out; its laptop runs fit 2 local nodes of 2 processes."""
     proc = submit("fig5", "--profile", "local", out=tmp_path / "out")
     assert proc.returncode == 2 and "gpt774m_stats_8w" in proc.stderr and "--nproc-per-node" in proc.stderr
     proc = submit("fig5", "--scale", "laptop", "--profile", "local", "--nodes", "2", "--nproc-per-node", "2",
-                  "--dry-run", out=tmp_path / "out")
+                  "--dry-run", "--skip-data-check", out=tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert "RUNS=(gpt_stats_4w)" in proc.stdout and "stats.every=20" in proc.stdout
     assert "nothing was submitted" in proc.stdout and not (tmp_path / "out").exists()
@@ -122,7 +156,7 @@ def test_profile_times_and_overrides():
 def test_readme_shows_the_current_dry_run(tmp_path):
     """The README's script is what `--dry-run` prints today (paths and time stamp aside)."""
     proc = submit("+exp=gpt774m_4bit", "checkpoint.every=500", "--profile", "example", "--dry-run",
-                  out=REPO / "runs" / "slurm")
+                  "--skip-data-check", out=REPO / "runs" / "slurm")
     assert proc.returncode == 0, proc.stderr
 
     def normal(text: str) -> str:

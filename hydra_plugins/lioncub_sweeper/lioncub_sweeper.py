@@ -5,7 +5,10 @@ leave each point's folder empty. This one (selected in conf/config.yaml with `ov
 expands the sweep exactly like the basic sweeper (the same points, in the same order), then (src.engine.sweep):
 1. adds to every point its `run.sweep`, `run.dir` and `run.label` (the overrides that differ between the points);
 2. checks every point's configuration (`preflight`) before the first starts; problems are printed once, by rank 0,
-   and the job exits with status 2;
+   and the job exits with status 2. Under Hydra's submitit launcher the points run as Slurm jobs elsewhere: they are
+   checked for rank 0 of such a job (`nodes` x `tasks_per_node` ranks, `gpus_per_node`; src.engine.job_check),
+   before anything is submitted, and submitit's own files go to `<sweep folder>/.submitit/`, not the working
+   directory (where they would make every later run's provenance `dirty`);
 3. on rank 0 alone, claims the sweep folder and writes `sweep.yaml` (points, labels, folders, command) and Hydra's
    `multirun.yaml` into it; the other ranks learn the folder through torchrun's store (key `lioncub/sweep_dir`,
    kept across `--max-restarts` attempts, so a restarted sweep continues in the same folder);
@@ -54,7 +57,7 @@ class LioncubSweeper(BasicSweeper):
     def _sweep_dir(self, points: List[List[str]]) -> Path:
         """Rank 0 checks every point, claims the folder and publishes it; the others wait for it, then check."""
         from src.dist.process_group import launcher_store
-        from src.engine.sweep import plan_runs, point_problems, sweep_folder
+        from src.engine.sweep import job_shape, plan_runs, point_problems, sweep_folder
         from src.errors import SetupError, exit_with_setup_error
         from src.runlog.run_dir import claim_sweep_dir
 
@@ -65,7 +68,8 @@ class LioncubSweeper(BasicSweeper):
         else:
             planned = sweep_folder(self.config, dict(self.config.hydra.runtime.choices))
         try:
-            problems = point_problems(self._load([run["overrides"] for run in plan_runs(points, planned)]))
+            problems = point_problems(self._load([run["overrides"] for run in plan_runs(points, planned)]),
+                                      job_shape(self.config.hydra.launcher))
         except SetupError as exc:
             problems = [str(exc)]
         if problems:
@@ -98,6 +102,8 @@ class LioncubSweeper(BasicSweeper):
         except SetupError as exc:
             exit_with_setup_error(f"cannot start the sweep: {exc}", 2)
         runs = plan_runs(points, self._sweep_dir(points))
+        if "submitit_folder" in getattr(self.launcher, "params", {}):  # submitit's logs and pickles: in the sweep
+            self.launcher.params["submitit_folder"] = str(Path(runs[0]["run_dir"]).parent / ".submitit" / "%j")
         if os.environ.get("RANK", "0") == "0":
             self._write_plan(Path(runs[0]["run_dir"]).parent, runs, arguments)
         size, returns = self.max_batch_size or len(runs), []

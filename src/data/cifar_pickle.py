@@ -29,9 +29,13 @@ FOLDER_NAME = "cifar-100-python"
 
 
 def how_to_get_cifar(root: str | Path) -> str:
+    """How to fill `root`: the real archive, or, for the synthetic stand-in, its own folder (never a stand-in in a
+    real dataset's folder, whose runs would then carry that dataset's name)."""
+    if Path(root).name.startswith("synthetic"):
+        return f"make it with\n  python -m src.data.synthetic_cifar --root {root}"
     return (f"Download {ARCHIVE_NAME} from {CIFAR_PAGE} on a machine with internet and copy it into {root} "
-            f"(it is extracted next to itself), or make a small synthetic stand-in with\n"
-            f"  python -m src.data.synthetic_cifar --root {root}")
+            "(it is extracted next to itself), or train on the small synthetic stand-in instead: data=synthetic_cifar "
+            "model.params.num_classes=10 (made by python -m src.data.synthetic_cifar --root data/synthetic_cifar)")
 
 
 class Py2Str(bytes):

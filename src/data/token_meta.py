@@ -27,12 +27,13 @@ def bin_path(data_dir: str | Path, split: str) -> Path:
 
 
 def prepare_hint(data_dir: str | Path, source: str | None = None) -> str:
-    """The command that (re)makes `data_dir`."""
-    src = source or "openwebtext"
-    return (
-        f"python -m src.data.prepare_text --source {src} --out {data_dir}   "
-        f"(or, for the offline demo corpus: python -m src.data.demo_corpus --out {data_dir})"
-    )
+    """The command that (re)makes `data_dir`: the demo corpus for a demo folder, else the text source it names
+    (openwebtext by default), with the demo corpus offered as another dataset (never written into this folder,
+    whose runs would then carry this dataset's name)."""
+    if source == "demo" or (source is None and Path(data_dir).name.startswith("demo")):
+        return f"python -m src.data.demo_corpus --out {data_dir}"
+    return (f"python -m src.data.prepare_text --source {source or 'openwebtext'} --out {data_dir}   "
+            "(or train on the offline demo corpus instead: data=demo_text)")
 
 
 def write_meta(data_dir: str | Path, meta: dict) -> Path:

@@ -83,14 +83,16 @@ def read_launch_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
     return rank, local_rank, world, local_world
 
 
-def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, local_world: int) -> torch.device:
-    """The device of this rank; every impossible combination is a SetupError naming the numbers."""
+def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, local_world: int,
+                  cuda_devices: int | None = None) -> torch.device:
+    """The device of this rank; every impossible combination is a SetupError naming the numbers. `cuda_devices`:
+    the GPUs of the node the rank runs on (None: this machine's)."""
     backend, name = network.get("backend", "auto"), network.get("name", "?")
     if requested not in ("auto", "cpu", "cuda"):
         raise SetupError(f"device={requested!r} is not one of auto, cpu, cuda")
     if backend not in ("auto", "gloo", "nccl"):
         raise SetupError(f"network.backend={backend!r} is not one of auto, gloo, nccl")
-    cuda_ok = torch.cuda.is_available()
+    cuda_ok = torch.cuda.is_available() if cuda_devices is None else cuda_devices > 0
     if requested == "cuda" and not cuda_ok:
         raise SetupError("device=cuda but torch.cuda.is_available() is False; use device=cpu (or device=auto)")
     if requested == "cuda" and backend == "gloo":
@@ -102,7 +104,7 @@ def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, l
     use_cuda = requested == "cuda" or (requested == "auto" and cuda_ok and backend != "gloo")
     if not use_cuda:
         return torch.device("cpu")
-    count = torch.cuda.device_count()
+    count = torch.cuda.device_count() if cuda_devices is None else cuda_devices
     if local_world > count:
         raise SetupError(f"{local_world} processes on this node (LOCAL_WORLD_SIZE) but only {count} CUDA device(s) "
                          f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); launch "
@@ -128,6 +130,15 @@ def describe(device: str, network: Mapping[str, Any], environ: Mapping[str, str]
     return DistContext(rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
                        device=dev, backend="nccl" if dev.type == "cuda" else "gloo",
                        network=str(network.get("name", "?")))
+
+
+def job_context(device: str, network: Mapping[str, Any], world_size: int, local_world_size: int,
+                gpus_per_node: int) -> DistContext:
+    """Rank 0's context in a job that will run elsewhere (a Slurm job: `world_size` ranks, `local_world_size` per
+    node of `gpus_per_node` GPUs), checked as `describe` checks this machine's; starts nothing."""
+    dev = choose_device(device, network, 0, local_world_size, cuda_devices=gpus_per_node)
+    return DistContext(rank=0, local_rank=0, world_size=world_size, local_world_size=local_world_size, device=dev,
+                       backend="nccl" if dev.type == "cuda" else "gloo", network=str(network.get("name", "?")))
 
 
 def loopback_interface() -> str | None:

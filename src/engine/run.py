@@ -5,7 +5,10 @@ Section 7 setups): the typed schema of the whole config (src.engine.schema: type
 launch and device (src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
 world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
 reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
-(src.reliability.resume).
+(src.reliability.resume). The data is opened before the model is checked against it, so missing data is reported
+first. `check_run()` is the part that takes the launch as given (a `DistContext`): src.engine.job_check runs it for
+rank 0 of a Slurm job before submitting. `paper_size_note()` is the line rank 0 prints when a paper preset runs at a
+world size none of its figures used (`paper_world_size`).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
 `summary.json` and the timing table. Every value the optimizer uses in place of the configured one (a field width
@@ -114,31 +117,61 @@ def check_world_size(cfg: DictConfig, ctx: DistContext) -> None:
                          f"--nproc_per_node={expected} (times nodes), or override expect_world_size=null")
 
 
-def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
-    """Every check of the run, with no side effect; raises SetupError or DataError."""
-    choices = choices or {}
-    check_config(cfg)
-    ctx = describe(cfg.device, cfg.network)
+@dataclass
+class Checked:
+    """What `check_run` built: the task (its data open when checked), the steps and the schedule."""
+    task: Task
+    steps: int | None
+    schedule: LRSchedule | None
+    meta_model: torch.nn.Module
+
+
+def check_run(cfg: DictConfig, ctx: DistContext, check_data: bool = True) -> Checked:
+    """Every check of a schema-checked configuration (`check_config`) for rank 0 of `ctx`, with no side effect; the
+    data folders only when `check_data` (a job submitted from a machine that cannot see them checks them where it
+    runs). Raises SetupError or DataError."""
     check_world_size(cfg, ctx)
     check_logger(cfg)
     if cfg.precision not in PRECISIONS:
         raise SetupError(f"precision={cfg.precision!r} is not one of {', '.join(PRECISIONS)}")
     task = make_task(cfg, ctx)
     meta_model = task.build_model("meta")
+    if check_data:
+        task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
     check_variant(cfg, ctx, meta_model)
     check_stats_config(cfg.get("stats"), meta_model)
-    task.open_data(meta_model)
-    steps = resolve_steps(cfg, task)
+    steps = resolve_steps(cfg, task) if check_data or cfg.train.get("epochs") is None else None
     o = cfg.optim
-    schedule = LRSchedule(float(o.lr), steps, o.schedule, int(o.warmup_steps), float(o.min_lr_ratio))
+    schedule = None if steps is None else LRSchedule(float(o.lr), steps, o.schedule, int(o.warmup_steps),
+                                                      float(o.min_lr_ratio))
     check_reliability_config(cfg, ctx.world_size)
+    return Checked(task, steps, schedule, meta_model)
+
+
+def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = None) -> str | None:
+    """One line when a paper preset runs at a world size none of its figures used (`paper_world_size`)."""
+    sizes = cfg.get("paper_world_size")
+    if not sizes or world_size in sizes:
+        return None
+    preset = (choices or {}).get("exp") or "this preset"
+    return (f"the paper ran {preset} with {' or '.join(map(str, sizes))} processes; this run has {world_size}, "
+            "so its curves and timings are not the paper's setup (expect_world_size=N refuses any other size)")
+
+
+def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
+    """Every check of the run, with no side effect; raises SetupError or DataError."""
+    choices = choices or {}
+    check_config(cfg, choices)
+    ctx = describe(cfg.device, cfg.network)
+    checked = check_run(cfg, ctx)
+    task, steps, meta_model = checked.task, checked.steps, checked.meta_model
     point = find_resume_point(cfg, ctx.rank, ctx.world_size)
     if point is not None:
         check_compatible(point, cfg, meta_model, steps)
     run_dir = _plan_run_dir(cfg, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(ctx, task, steps, schedule, run_dir, default_name(cfg, choices), point, restart)
+    return Plan(ctx, task, steps, checked.schedule, run_dir, default_name(cfg, choices), point, restart)
 
 
 def _plan_run_dir(cfg: DictConfig, choices: dict, point: ResumePoint | None) -> Path:

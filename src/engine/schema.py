@@ -13,8 +13,10 @@ src.comm.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
 
+import dataclasses
+import types
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig
 
@@ -206,6 +208,7 @@ class Config:
     resume: Annotated[bool | str, Doc("false, true, auto or a checkpoint or run folder", replace=True)]
     resume_rewind: bool
     expect_world_size: Count | None
+    paper_world_size: Annotated[list, Doc("the world sizes of the paper's runs of a preset")] | None
     checkpoint: Checkpoint
     guard: Guard
     nonfinite: NonFinite
@@ -226,15 +229,16 @@ def _by_kind(cfg: DictConfig, key: str, schemas: dict) -> tuple[str | None, list
     return kind, []
 
 
-def config_problems(cfg: DictConfig) -> list[str]:
-    """Every problem of the composed config, one line each (an empty list: it may train)."""
+def config_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
+    """Every problem of the composed config, one line each (an empty list: it may train); `choices` (Hydra's
+    chosen group options) let a message name the option, e.g. data=synthetic_cifar, beside its kind."""
     found = problems(cfg, Config, skip=("hydra", "data"))
     model_kind, bad_model = _by_kind(cfg, "model", MODEL_PARAMS)
     data_kind, bad_data = _by_kind(cfg, "data", DATA)
     if bad_model or bad_data:
         return found + bad_model + bad_data
     try:
-        task_class(model_kind, data_kind)
+        task_class(model_kind, data_kind, (choices or {}).get("data"))
     except SetupError as exc:  # the model/data pairing: the other problems would follow from it
         return [str(exc)]
     found += problems(cfg.data, DATA[data_kind], "data")
@@ -244,9 +248,44 @@ def config_problems(cfg: DictConfig) -> list[str]:
     return found
 
 
-def check_config(cfg: DictConfig) -> None:
+def _fields(schema) -> set[str]:
+    return set(get_type_hints(schema))
+
+
+def _schema_of(tp):
+    """The dataclass a key's annotation holds (through Annotated and `| None`), else None."""
+    if get_origin(tp) is Annotated:
+        return _schema_of(get_args(tp)[0])
+    for option in (tp, *(get_args(tp) if get_origin(tp) in (Union, types.UnionType) else ())):
+        if dataclasses.is_dataclass(option):
+            return option
+    return None
+
+
+# loosely typed keys whose sub-keys the schemas of their kinds know: any of those names may follow
+BY_KIND = {"data": DATA, "model.params": MODEL_PARAMS}
+
+
+def is_unknown_key(key: str) -> bool:
+    """Does dotted `key` name a key no schema allows (`optim.lrr`)? False where the schema cannot tell (a loosely
+    typed mapping such as `variant.reducer` or `stats`, or a key under `data` that some data kind has)."""
+    schema, parts = Config, key.split(".")
+    for i, part in enumerate(parts):
+        path = ".".join(parts[:i])
+        if path in BY_KIND:
+            return part not in set().union(*(_fields(s) for s in BY_KIND[path].values()))
+        if schema is None:
+            return False
+        hints = get_type_hints(schema, include_extras=True)
+        if part not in hints:
+            return True
+        schema = _schema_of(hints[part])
+    return False
+
+
+def check_config(cfg: DictConfig, choices: dict | None = None) -> None:
     """Raise SetupError listing every problem of the composed config (types, ranges, choices, unknown keys)."""
-    found = config_problems(cfg)
+    found = config_problems(cfg, choices)
     if len(found) == 1:
         raise SetupError(found[0])
     if found:

@@ -72,16 +72,35 @@ def plan_runs(points: list[list[str]], sweep_dir: Path) -> list[dict]:
     return runs
 
 
-def point_problems(configs: list[DictConfig]) -> list[str]:
-    """Every point's preflight problems, each line prefixed with its run folder (configs with their hydra node)."""
+def job_shape(launcher: DictConfig) -> tuple[int, int, int] | None:
+    """(world size, ranks per node, GPUs per node) of each point's job under Hydra's submitit launcher, whose
+    points run elsewhere as `nodes` x `tasks_per_node` tasks (conf/hydra/launcher/lioncub_slurm.yaml); None for a
+    launcher that runs the points in this process."""
+    if "submitit" not in str(launcher.get("_target_", "")):
+        return None
+    nodes, per_node = int(launcher.get("nodes") or 1), int(launcher.get("tasks_per_node") or 1)
+    return nodes * per_node, per_node, int(launcher.get("gpus_per_node") or 0)
+
+
+def point_problems(configs: list[DictConfig], job: tuple[int, int, int] | None = None) -> list[str]:
+    """Every point's preflight problems, each line prefixed with its run folder (configs with their hydra node);
+    with `job` (`job_shape`), the checks of rank 0 of a job that runs elsewhere (src.engine.job_check), whose notes
+    are printed here."""
+    from src.engine.job_check import check_job
+
     found = []
     for cfg in configs:
         choices = dict(cfg.hydra.runtime.choices)
         task_cfg = cfg.copy()
         with open_dict(task_cfg):
             del task_cfg["hydra"]
+        name = Path(task_cfg.run.dir).name
         try:
-            preflight(task_cfg, choices)
+            if job is None:
+                preflight(task_cfg, choices)
+            else:
+                for note in check_job(task_cfg, choices, *job):
+                    print(f"lioncub: note: {name}: {note}", flush=True)
         except (SetupError, DataError) as exc:
-            found.append(f"{Path(task_cfg.run.dir).name}: " + str(exc).replace("\n", "\n    "))
+            found.append(f"{name}: " + str(exc).replace("\n", "\n    "))
     return found

@@ -12,13 +12,15 @@ from src.engine.tasks.vision import VisionTask
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (GPTTask, VisionTask)}
 
 
-def task_class(model_kind: str, data_kind: str) -> type[Task]:
-    """The task that trains `model_kind` on `data_kind`; a wrong pairing is a SetupError naming both."""
+def task_class(model_kind: str, data_kind: str, data_option: str | None = None) -> type[Task]:
+    """The task that trains `model_kind` on `data_kind`; a wrong pairing is a SetupError naming both (and the data
+    option chosen, `data_option`, when given: its name is what the user typed, its kind what it holds)."""
     for cls in TASKS.values():
         if model_kind in cls.model_kinds:
             if data_kind not in cls.data_kinds:
+                chosen = f"data={data_option} (kind {data_kind})" if data_option else f"data of kind {data_kind!r}"
                 raise SetupError(f"model kind {model_kind!r} trains on data of kind {' or '.join(cls.data_kinds)}, but "
-                                 f"data={data_kind!r} was chosen; pick a matching data option (conf/data/)")
+                                 f"{chosen} was chosen; pick a matching data option (conf/data/)")
             return cls
     known = sorted(k for cls in TASKS.values() for k in cls.model_kinds)
     raise SetupError(f"no task trains model kind {model_kind!r}; known kinds: {', '.join(known)}")
