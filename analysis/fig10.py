@@ -27,8 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
-from analysis.runs import Run, load_run  # noqa: E402
-from analysis.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown  # noqa: E402
+from src.runlog.runs import Run, load_run  # noqa: E402
+from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown  # noqa: E402
 
 SEGMENTS = (*PHASES, "other")
 VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg",

@@ -23,8 +23,8 @@ from analysis.fig10 import (TABLE_COLUMNS, VARIANT_ORDER, finish_bars, network_l
                             timed_runs, write_table)
 from analysis.fig13 import model_name  # noqa: E402
 from analysis.figure_cli import Check, Result, cli  # noqa: E402
-from analysis.runs import Run  # noqa: E402
-from analysis.timing_table import timing_summary  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
+from src.runlog.timing_table import timing_summary  # noqa: E402
 
 
 def rows_of(runs: list[Run]) -> list[dict]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Result, cli, need
 from analysis.loss_panels import draw, finals, kind, require_evals, speed_checks
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 
 def make(runs: list[Run], out: Path, figure: str = "Fig. A.2", stem: str = "figA2",

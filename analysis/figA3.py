@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.figA2 import make as make_curves
 from analysis.figure_cli import Result, cli
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 
 def make(runs: list[Run], out: Path) -> Result:

@@ -16,9 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.curves import ema  # noqa: E402
+from src.runlog.curves import ema  # noqa: E402
 from analysis.figure_cli import Check, MissingRuns, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 
 LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
 X_AXES = (("step", "optimizer step"), ("train_time", "training time (s)"))

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, need, runs_with_key, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import last_row, mean_of, method_name, methods, per_layer, series  # noqa: E402
 
 

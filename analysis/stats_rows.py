@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from statistics import fmean
 
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 METHOD_NAMES = {"sign": "distributed Lion (sign)", "linf": "Q_inf stochastic", "linf_nozero": "w/o zero",
                 "log": "log", "l1": "L1 (ours)"}

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
 from analysis.paper_numbers import SIGNS, TABLE2  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import last_row  # noqa: E402
 
 NAMES = {"pos": "+1", "neg": "-1", "zero": "0"}

@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from analysis.fig10 import TABLE_COLUMNS, checks, groups, timed_runs, with_speedup, write_table  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, save  # noqa: E402
 from analysis.paper_numbers import TABLE_A1, TABLE_A1_COLUMNS  # noqa: E402
-from analysis.runs import Run  # noqa: E402
-from analysis.timing_table import to_markdown  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
+from src.runlog.timing_table import to_markdown  # noqa: E402
 
 PAPER_KIND = {"Lion (32bit)": "lion32", "Lion (16bit)": "lion16", "Lion Cub (8bit)": "cub8",
               "Lion Cub (4bit)": "cub4", "Lion Cub (1bit)": "cub1"}

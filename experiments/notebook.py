@@ -26,7 +26,7 @@ def manifest_sources(name: str, runs_root: str | Path, scale: str = "laptop") ->
 def draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None = None, scale: str = "laptop"):
     """(manifest, Result or None, message): figure `name` drawn into `out/<name>` from its runs."""
     from analysis.figure_cli import MissingRuns
-    from analysis.runs import load_runs
+    from src.runlog.runs import load_runs
 
     manifest = load_manifest(name, scale)
     sources = sources or manifest_sources(name, runs_root, scale)

@@ -2,7 +2,7 @@
 
 Prepares the embedded demo corpus, trains GPT-2++ tiny with 2 CPU processes (torchrun, gloo over loopback) under
 Lion 32-bit and Lion Cub 8/4/1-bit (`+exp=demo`), then writes loss-vs-step and loss-vs-time figures and the timing
-breakdown (Table A.1's columns, Markdown + CSV) with `analysis.report`, and prints the folder. On 2 CPU cores the
+breakdown (Table A.1's columns, Markdown + CSV) with src/runlog/report.py (`python -m analysis.report` on any runs), and prints the folder. On 2 CPU cores the
 whole demo takes a few minutes. What it shows is the machinery, not the paper's speedups: on loopback,
 communication is cheap, so the quantization overhead of the compressed variants is what stands out.
 """
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.report import make_report
-from analysis.timing_table import table_rows, to_markdown
+from src.runlog.report import make_report
+from src.runlog.timing_table import table_rows, to_markdown
 from src.data import prepare_demo_text
 
 VARIANTS = ("lion32", "cub8", "cub4", "cub1")

@@ -1,4 +1,4 @@
-"""Runs read from W&B become the same `Run` objects as run folders (analysis/wandb_runs.py), tested on the offline
+"""Runs read from W&B become the same `Run` objects as run folders (src/runlog/wandb_runs.py), tested on the offline
 W&B file of a real 2-rank training run: the W&B API cannot be reached here, so a stand-in serves the offline
 file's history, config and summary through the API's interface, and the conversion must reproduce the run folder."""
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import wandb
 
 from analysis import fig6
-from analysis.runs import load_run, load_runs
-from analysis.timing_table import timing_summary
+from src.runlog.runs import load_run, load_runs
+from src.runlog.timing_table import timing_summary
 from analysis.update_hist import density
-from analysis.wandb_runs import histogram_arrays, run_from_wandb
+from src.runlog.wandb_runs import histogram_arrays, run_from_wandb
 from src.runlog.wandb_offline import find_run_file, read_config, read_history, read_records
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 statistics arrays of issue 8 (Lion Cub, Sections 3 to 7: every figure and table is drawn from these).
 
 A source is a run folder (it holds `metrics.jsonl`), a folder of run folders (searched recursively), or a W&B
-project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (`analysis/wandb_runs.py`): every figure script
+project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (`src/runlog/wandb_runs.py`): every figure script
 takes any mix of them (`load_runs`). `find_runs(paths)` turns command-line arguments into run folders: a run
 folder stands for itself, a sweep folder (`python -m src.train -m ...`) or any folder of run folders for the runs
 inside it; anything else is a `NotARunError` naming the path.
@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 
 STATS_ARRAYS = "stats"  # <run>/stats/step_<step:08d>.npz (src/stats, format v1)
+# Config keys that name where a run was written, not what it ran: never what tells two runs apart.
+PLACE_KEYS = ("run.", "data.dir", "logger.", "hydra.", "checkpoint.dir", "resume")
 
 
 @dataclass
@@ -26,6 +28,7 @@ class Run:
     provenance: dict
     summary: dict
     arrays: dict[int, dict] = field(default_factory=dict)  # step -> statistics arrays (W&B runs carry them here)
+    shown_as: str | None = None  # the label `distinguish` gave this run among runs that share its own label
 
     @property
     def variant(self) -> str:
@@ -33,10 +36,20 @@ class Run:
 
     @property
     def label(self) -> str:
-        """How figures and tables name this run: `run.label` of its config (a sweep's label is made of the
-        overrides that differ between its runs), else the variant's name, else the folder's name."""
+        """How figures and tables name this run: what `distinguish` gave it, else its `own_label`."""
+        return self.shown_as or self.own_label
+
+    @property
+    def own_label(self) -> str:
+        """`run.label` of its config (a sweep's label is made of the overrides that differ between its runs), else
+        the variant's name with `+overlap` when its collectives overlap the forward pass, else the folder's name."""
         label = (self.config.get("run") or {}).get("label")
-        return str(label) if label else str(self.config.get("variant", {}).get("name", self.path.name))
+        if label:
+            return str(label)
+        variant = self.config.get("variant") or {}
+        if "name" not in variant:
+            return self.path.name
+        return str(variant["name"]) + ("+overlap" if variant.get("overlap") else "")
 
     def get(self, dotted: str, default=None):
         """A value of the resolved config by its dotted key (`optim.beta2`), or `default`."""
@@ -77,6 +90,50 @@ class Run:
 
         with np.load(self.path / STATS_ARRAYS / f"step_{step:08d}.npz", allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
+
+
+def flat_config(config: dict, prefix: str = "") -> dict:
+    """The config as `{dotted.key: value}` (lists kept as values)."""
+    out = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_config(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def differing_keys(runs: list[Run]) -> list[str]:
+    """The config keys (dotted, in first-seen order) whose values are not the same in every run, leaving out the
+    keys that name where a run was written (PLACE_KEYS)."""
+    flats = [flat_config(r.config) for r in runs]
+    keys = list(dict.fromkeys(k for f in flats for k in f))
+    keys = [k for k in keys if not k.startswith(PLACE_KEYS)]
+    return [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
+
+
+def distinguish(runs: list[Run]) -> list[Run]:
+    """Give every run that shares its label with another run of `runs` a label of its own (in place; returns
+    `runs`): its own label followed by the config values that differ within its group, or by its folder's name
+    where the configs are the same. A figure or table of `runs` then never draws two runs under one name."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        run.shown_as = None
+        groups.setdefault(run.own_label, []).append(run)
+    for label, group in groups.items():
+        if len(group) < 2:
+            continue
+        keys = differing_keys(group)
+        for run in group:
+            flat = flat_config(run.config)
+            said = ", ".join(f"{k}={flat.get(k)}" for k in keys) or run.path.name
+            run.shown_as = f"{label} ({said})"
+    shown = [r.label for r in runs]
+    for run in runs:  # two runs of one folder name under the same config: say where they are
+        if shown.count(run.label) > 1:
+            run.shown_as = f"{run.label} [{run.path}]"
+    return runs
 
 
 class NotARunError(FileNotFoundError):
@@ -135,7 +192,7 @@ def load_runs(sources: list[str | Path]) -> list[Run]:
     runs: list[Run] = []
     for source in sources:
         if str(source).startswith("wandb:"):
-            from analysis.wandb_runs import runs_from_wandb
+            from src.runlog.wandb_runs import runs_from_wandb
 
             runs += runs_from_wandb(str(source).removeprefix("wandb:"))
         else:

@@ -2,7 +2,8 @@
 
 Training loss is drawn faint as logged (rank 0's batches) with an exponential moving average on top; validation
 points (averaged over ranks) are drawn as markers joined by a line. The time axis is `train_time`, the summed step
-time, which leaves evaluation out as the paper's wall-time comparisons do.
+time, which leaves evaluation out as the paper's wall-time comparisons do. Runs that share a label are told apart
+in the legend (`distinguish`: the config values that differ between them).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.runs import Run
+from src.runlog.runs import Run, distinguish
 
 X_AXES = {"step": "optimizer step", "train_time": "training time (s)"}
 
@@ -46,7 +47,7 @@ def plot_curves(runs: list[Run], x: str, out_path: str | Path, metric: str | Non
     if x not in X_AXES:
         raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, run in enumerate(runs):
+    for i, run in enumerate(distinguish(list(runs))):
         color = f"C{i}"
         rows = run.train_rows()
         xs, ys = [r[x] for r in rows], [r.get(metric) for r in rows]
