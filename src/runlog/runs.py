@@ -51,6 +51,12 @@ class Run:
             return self.path.name
         return str(variant["name"]) + ("+overlap" if variant.get("overlap") else "")
 
+    @property
+    def model(self) -> str:
+        """The model and its size, as figures name it (`gpt tiny`, `resnet 18`)."""
+        size = self.get("model.params.size")
+        return f"{self.get('model.kind', '?')}" + (f" {size}" if size else "")
+
     def get(self, dotted: str, default=None):
         """A value of the resolved config by its dotted key (`optim.beta2`), or `default`."""
         node = self.config
