@@ -9,7 +9,8 @@ The index always lists every figure and table that has a manifest (`every_figure
 drew: one drawn earlier is read back from its findings.json, one never drawn says "not run". Each lists the runs
 it came from and their date (when each run finished), and the spread of its verdicts: with seeds in the manifest,
 each check per seed (`<out>/<name>/seed<N>/findings.json`: how many seeds show it, and the mean and range of the
-number its measurement varies in, where every seed words it alike); without seeds, one line saying the verdicts come from a single run.
+number its measurement varies in, where every seed words it alike); without seeds, one line saying the verdicts
+come from a single run.
 """
 from __future__ import annotations
 

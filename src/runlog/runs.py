@@ -193,14 +193,44 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-def load_runs(sources: list[str | Path]) -> list[Run]:
-    """Every run of the given sources (run folders, folders of runs, `wandb:ENTITY/PROJECT[/RUN_ID]`)."""
-    runs: list[Run] = []
-    for source in sources:
+class Runs(list):
+    """The runs of `load_runs`, a list of `Run`, with their DataFrames (pandas; src/runlog/frames.py)."""
+
+    @property
+    def metrics(self):
+        from src.runlog.frames import metrics_frame
+
+        return metrics_frame(self)
+
+    @property
+    def summary(self):
+        from src.runlog.frames import summary_frame
+
+        return summary_frame(self)
+
+    @property
+    def stats(self):
+        from src.runlog.frames import stats_frame
+
+        return stats_frame(self)
+
+    @property
+    def config(self):
+        from src.runlog.frames import config_frame
+
+        return config_frame(self)
+
+
+def load_runs(sources: list[str | Path] | str | Path) -> Runs:
+    """Every run of the given sources (run folders, folders of runs, `wandb:ENTITY/PROJECT[/RUN_ID]`), with labels
+    told apart (`distinguish`)."""
+    runs = Runs()
+    for source in [sources] if isinstance(sources, (str, Path)) else sources:
         if str(source).startswith("wandb:"):
             from src.runlog.wandb_runs import runs_from_wandb
 
             runs += runs_from_wandb(str(source).removeprefix("wandb:"))
         else:
             runs += [load_run(d) for d in find_run_dirs(source)]
+    distinguish(runs)
     return runs
