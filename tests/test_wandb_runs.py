@@ -113,3 +113,30 @@ def test_wandb_histograms_become_statistics_arrays():
             flat.update({f"{key}/{part}": value for part, value in hist.items()})
     run = run_from_wandb("me/p/r", {}, [flat], {})
     assert run.rows == [{"step": 40, "loss": 3.0}] and (run.stats_arrays(40)["hist_values_counts"] == counts).all()
+
+
+def test_load_runs_frames_equal_metrics_jsonl_and_the_wandb_history(wandb_run, monkeypatch):
+    """`load_runs(...).metrics` is the rows of metrics.jsonl (one DataFrame row each, label and folder beside), and
+    the same frame comes from the W&B record of the run (through the API's interface, served from the offline file)."""
+    run_dir, path = wandb_run
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    local = load_runs([run_dir]).metrics
+    assert list(local.columns[:2]) == ["label", "path"] and set(local["label"]) == {"cub4 from W&B"}
+    values = local.drop(columns=["label", "path"])
+    assert len(values) == len(rows)
+    for i, row in enumerate(rows):
+        assert values.iloc[i].dropna().to_dict() == pytest.approx({k: v for k, v in row.items() if v is not None})
+
+    class FakeApi:
+        def run(self, spec):
+            return _FakeApiRun(path)
+
+    monkeypatch.setattr(wandb, "Api", FakeApi)
+    remote = load_runs(["wandb:me/lioncub/abc123"])
+    assert remote.metrics["label"].tolist() == local["label"].tolist()
+    theirs = remote.metrics.drop(columns=["label", "path"])
+    assert sorted(theirs.columns) == sorted(values.columns)
+    for i in range(len(rows)):
+        assert theirs.iloc[i].dropna().to_dict() == pytest.approx(values.iloc[i].dropna().to_dict())
+    summary = remote.summary
+    assert summary.loc[0, "world_size"] == 2 and summary.loc[0, "variant"] == "cub4"

@@ -193,32 +193,24 @@ def find_runs(paths: list[str | Path]) -> list[Path]:
     return found
 
 
+def _frame(name: str, doc: str) -> property:
+    """A DataFrame property of `Runs`, built by src/runlog/frames.py (pandas is imported only when asked for)."""
+    def build(runs):
+        from src.runlog import frames
+
+        return getattr(frames, f"{name}_frame")(runs)
+
+    build.__doc__ = doc
+    return property(build)
+
+
 class Runs(list):
     """The runs of `load_runs`, a list of `Run`, with their DataFrames (pandas; src/runlog/frames.py)."""
 
-    @property
-    def metrics(self):
-        from src.runlog.frames import metrics_frame
-
-        return metrics_frame(self)
-
-    @property
-    def summary(self):
-        from src.runlog.frames import summary_frame
-
-        return summary_frame(self)
-
-    @property
-    def stats(self):
-        from src.runlog.frames import stats_frame
-
-        return stats_frame(self)
-
-    @property
-    def config(self):
-        from src.runlog.frames import config_frame
-
-        return config_frame(self)
+    metrics = _frame("metrics", "One row per metrics row of every run; label, path and the differing config first.")
+    summary = _frame("summary", "One row per run: label, path, variant, world size, differing config, summary.json.")
+    stats = _frame("stats", "One row per run, statistics step and layer: the per-layer `stats/...` measures.")
+    config = _frame("config", "One row per run: the whole resolved config as dotted columns.")
 
 
 def load_runs(sources: list[str | Path] | str | Path) -> Runs:
