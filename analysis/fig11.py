@@ -4,10 +4,10 @@ communication stays).
 
     python -m analysis.fig11 RUNS... --out DIR       (writes fig11.md/.csv, fig11.png/.pdf and findings.json)
 
-One panel per model and batch size per rank (`data.batch_size`), stacked bars per run as in Fig. 10 (analysis/time_bars.py), and the
-speedup over the Lion (32bit) run of the same model, batch size, network and world size. Checks: in every panel
-the best Lion Cub variant beats Lion (32bit); per model and variant the speedup at the smallest batch exceeds
-the speedup at the largest.
+One panel per model and batch size per rank (`data.batch_size`), stacked bars per run as in Fig. 10
+(analysis/time_bars.py), and the speedup over the Lion (32bit) run of the same model, batch size, network and world
+size. Checks: in every panel the best Lion Cub variant beats Lion (32bit); per model and variant the speedup at the
+smallest batch exceeds the speedup at the largest.
 """
 from __future__ import annotations
 

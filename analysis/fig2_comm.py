@@ -2,9 +2,9 @@
 
     python -m analysis.fig2_comm results/bench/comm/comm.csv [--out DIR]
 
-Reads the benchmark's files only (with src/bench/comm_rows.py, as the report that writes them): `comm.csv` (measured rows), and beside it
-`model.csv` and `fit.json`, which `python -m src.bench.comm_report` writes (the alpha-beta fit per rate on the cases
-whose gloo algorithm is Table 1's, and the fitted model's curves). Two PNGs:
+Reads the benchmark's files only (with src/bench/comm_rows.py, as the report that writes them): `comm.csv` (measured
+rows), and beside it `model.csv` and `fit.json`, which `python -m src.bench.comm_report` writes (the alpha-beta fit
+per rate on the cases whose gloo algorithm is Table 1's, and the fitted model's curves). Two PNGs:
 - fig2_comm_sizes.png: collective time against update size, one panel per link rate; markers are measurements,
   lines the fitted alpha-beta model of each algorithm's Table 1 row at the measured world size;
 - fig2_comm_scaling.png: the fitted model against the number of workers P at the largest measured size, one panel

@@ -3,9 +3,9 @@ time further as the model grows.
 
     python -m analysis.figA3 RUNS... --out DIR        (writes figA3.png/.pdf and findings.json)
 
-The same panels and checks as Fig. A.2 (`analysis.loss_panels.by_world_size`). Deliberate difference: the paper's "Default"
-curve (PyTorch DDP, one allreduce per bucket) has no counterpart here; Lion (32bit) is the paper's single-tensor
-allreduce, which the appendix found faster than DDP.
+The same panels and checks as Fig. A.2 (`analysis.loss_panels.by_world_size`). Deliberate difference: the paper's
+"Default" curve (PyTorch DDP, one allreduce per bucket) has no counterpart here; Lion (32bit) is the paper's
+single-tensor allreduce, which the appendix found faster than DDP.
 """
 from __future__ import annotations
 

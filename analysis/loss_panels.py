@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from src.runlog.curves import ema  # noqa: E402
 from analysis.figure_cli import Check, MissingRuns, Result, need, save  # noqa: E402
-from src.runlog.runs import Run  # noqa: E402
+from src.runlog.runs import Run, distinguish  # noqa: E402
 
 LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
 X_AXES = (("step", "optimizer step"), ("train_time", "training time (s)"))
@@ -76,7 +76,10 @@ def _panel(ax, runs: list[Run], colors: dict[str, str], metric: str, x: str) -> 
 
 
 def draw(groups: dict[str, list[Run]], metric: str, title: str, out: Path, stem: str) -> list[Path]:
-    """One row of (steps, time) panels per group; returns the PNG and PDF paths."""
+    """One row of (steps, time) panels per group (runs that share a label within a group are told apart there);
+    returns the PNG and PDF paths."""
+    for runs in groups.values():
+        distinguish(runs)
     labels = list(dict.fromkeys(r.label for runs in groups.values() for r in runs))
     colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)

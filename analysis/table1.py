@@ -5,12 +5,12 @@ efficient), direct allreduce and 1-bit compressed allreduce, with the benchmark'
 
 BENCH: comm.csv files of `python -m src.bench.comm_bench` (or folders holding them: `make figures`' bench runs,
 `make bench`'s results/bench/comm). Per link rate: alpha and beta fitted to the collective times of Table 1's
-algorithms (src/bench/comm_model.py, the benchmark's own fit), then for each row the formulas, the bits per element it sends by Table 1
-at the measured P, the model's time and the measured collective time at the largest size. The figure draws the
-measured against the modelled times. Checks: on a rate-limited link, at the largest size, the measured order of
-the four matches the model's, and the 1-bit compressed allreduce is the fastest of them.
-Deliberate differences: the benchmark's direct allreduce sends 4-bit fields (not log2(P)+1 bits) and its
-parameter servers send the same 4-bit votes (b = 4), see src/bench/comm_cases.py.
+algorithms (src/bench/comm_model.py, the benchmark's own fit), then for each row the formulas, the bits per element it
+sends by Table 1 at the measured P, the model's time and the measured collective time at the largest size. The figure
+draws the measured against the modelled times. Checks: on a rate-limited link, at the largest size, the measured order
+of the four matches the model's, and the 1-bit compressed allreduce is the fastest of them. Deliberate differences:
+the benchmark's direct allreduce sends 4-bit fields (not log2(P)+1 bits) and its parameter servers send the same 4-bit
+votes (b = 4), see src/bench/comm_cases.py.
 """
 from __future__ import annotations
 

@@ -2,11 +2,11 @@
 
     python -m analysis.tableA1 RUNS... --out DIR     (writes tableA1.md/.csv, tableA1.png/.pdf and findings.json)
 
-Our rows are Fig. 10's (analysis/time_bars.py: speedup over the Lion (32bit) run of the same network, model size and world
-size); the paper's rows are its Table A.1 (H100 nodes, batch 12; 8 for 1558M), quoted in analysis/paper_numbers.py.
-The figure puts, for each group, every variant's communication share of the step and its speedup over Lion
-(32bit), ours and the paper's side by side. Checks: Fig. 10's, and that communication dominates Lion (32bit)'s
-step on our rate-limited networks as it does on the paper's Ethernet (over half of the step).
+Our rows are Fig. 10's (analysis/time_bars.py: speedup over the Lion (32bit) run of the same network, model size and
+world size); the paper's rows are its Table A.1 (H100 nodes, batch 12; 8 for 1558M), quoted in
+analysis/paper_numbers.py. The figure puts, for each group, every variant's communication share of the step and its
+speedup over Lion (32bit), ours and the paper's side by side. Checks: Fig. 10's, and that communication dominates Lion
+(32bit)'s step on our rate-limited networks as it does on the paper's Ethernet (over half of the step).
 """
 from __future__ import annotations
 

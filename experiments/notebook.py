@@ -124,7 +124,8 @@ def execute(out: str | Path, runs_root: str | Path | None = None, figures: str |
     saved = {key: os.environ.get(key) for key in settings}
     os.environ.update({key: str(value) for key, value in settings.items() if value is not None})
     try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(REPO)}})
+        client.execute()
     finally:
         for key, value in saved.items():
             if value is None:

@@ -3,9 +3,10 @@
 A run is contract 5's `RunSpec` (name, Hydra overrides, nodes, nproc_per_node, launcher). `from_manifest` is a thin
 adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_overrides` makes the runs of
 `+exp=NAME key=a,b ...`: every combination of the comma-separated values is one run, as in Hydra's multirun, and
-is named and labelled (`run.label`, how figures name it) after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
-`python -m src.train` would (so a typo fails here, before anything is submitted) and reads what the submission
-must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`.
+is named and labelled (`run.label`, how figures name it) after the values that differ. `check_config` composes each
+run's configuration with Hydra exactly as `python -m src.train` would (so a typo fails here, before anything is
+submitted) and reads what the submission must respect: `expect_world_size` (a preset that pins a world size) and the
+chosen `network`.
 """
 from __future__ import annotations
 

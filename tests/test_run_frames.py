@@ -8,7 +8,7 @@ import pandas as pd
 
 from fake_runs import GPT_LAYERS, gpt_config, layer_keys, timing_rows, write_run
 from src.runlog.report import make_report
-from src.runlog.runs import load_run, load_runs
+from src.runlog.runs import distinguish, load_run, load_runs, told_apart
 from src.runlog.timing_table import table_rows
 
 
@@ -20,8 +20,10 @@ def test_two_runs_of_one_variant_get_distinct_labels(tmp_path):
     small = timed(tmp_path / "a", gpt_config("cub4", batch=4))
     large = timed(tmp_path / "b", gpt_config("cub4", batch=8))
     runs = load_runs([tmp_path])
-    assert [r.label for r in runs] == ["cub4 (data.batch_size=4)", "cub4 (data.batch_size=8)"]
-    assert [r["label"] for r in table_rows([small, large])] == [r.label for r in runs]
+    expected = ["cub4 (data.batch_size=4)", "cub4 (data.batch_size=8)"]
+    assert list(dict.fromkeys(runs.metrics["label"])) == expected
+    assert [r.label for r in distinguish(runs)] == expected
+    assert [r["label"] for r in table_rows([small, large])] == expected
     out = make_report([small, large], tmp_path / "report")
     assert "cub4 (data.batch_size=4)" in out["timing_md"].read_text()
     assert load_run(small).label == "cub4"  # alone, a run keeps its own label
@@ -33,7 +35,7 @@ def test_same_config_is_told_apart_by_folder_and_overlap_by_its_label(tmp_path):
     overlap = gpt_config("cub4")
     overlap["variant"]["overlap"] = True
     timed(tmp_path / "third", overlap)
-    labels = [r.label for r in load_runs([tmp_path])]
+    labels = told_apart(load_runs([tmp_path]))
     assert labels == ["cub4 (first)", "cub4 (second)", "cub4+overlap"]
 
 
@@ -73,6 +75,6 @@ def test_frames_of_hand_built_runs(tmp_path):
     assert summary.loc[0.99, "final_loss"] == 4.5 and summary.loc[0.95, "variant"] == "cub4"
     stats = runs.stats
     assert len(stats) == 2 * 2 * len(GPT_LAYERS) and "match/sign" in stats.columns
-    one = stats[(stats.step == 40) & (stats.layer == GPT_LAYERS[2]) & (stats.label == runs[0].label)]
+    one = stats[(stats.step == 40) & (stats.layer == GPT_LAYERS[2]) & (stats.label == told_apart(runs)[0])]
     assert one["match/sign"].tolist() == [62.0]
     assert isinstance(runs.config, pd.DataFrame) and runs.config.loc[1, "optim.beta2"] == 0.99

@@ -119,26 +119,28 @@ def differing_keys(runs: list[Run]) -> list[str]:
     return [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1]
 
 
-def distinguish(runs: list[Run]) -> list[Run]:
-    """Give every run that shares its label with another run of `runs` a label of its own (in place; returns
-    `runs`): its own label followed by the config values that differ within its group, or by its folder's name
-    where the configs are the same. A figure or table of `runs` then never draws two runs under one name."""
-    groups: dict[str, list[Run]] = {}
-    for run in runs:
-        run.shown_as = None
-        groups.setdefault(run.own_label, []).append(run)
-    for label, group in groups.items():
-        if len(group) < 2:
+def told_apart(runs: list[Run]) -> list[str]:
+    """The runs' labels, each label that several of `runs` share followed by the config values that differ within
+    its group (`cub4 (data.batch_size=8)`), or by the folder's name where those configs are the same."""
+    groups: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        groups.setdefault(run.own_label, []).append(i)
+    labels = [run.own_label for run in runs]
+    for label, members in groups.items():
+        if len(members) < 2:
             continue
-        keys = differing_keys(group)
-        for run in group:
-            flat = flat_config(run.config)
-            said = ", ".join(f"{k}={flat.get(k)}" for k in keys) or run.path.name
-            run.shown_as = f"{label} ({said})"
-    shown = [r.label for r in runs]
-    for run in runs:  # two runs of one folder name under the same config: say where they are
-        if shown.count(run.label) > 1:
-            run.shown_as = f"{run.label} [{run.path}]"
+        keys = differing_keys([runs[i] for i in members])
+        for i in members:
+            flat = flat_config(runs[i].config)
+            labels[i] = f"{label} (" + (", ".join(f"{k}={flat.get(k)}" for k in keys) or runs[i].path.name) + ")"
+    return [f"{label} [{run.path}]" if labels.count(label) > 1 else label for run, label in zip(runs, labels)]
+
+
+def distinguish(runs: list[Run]) -> list[Run]:
+    """Name every run of `runs` (one figure panel, one table) by `told_apart` (in place; returns `runs`), so that
+    no two of them are drawn under one name. Runs in different panels may keep one label."""
+    for run, label in zip(runs, told_apart(runs)):
+        run.shown_as = label if label != run.own_label else None
     return runs
 
 
@@ -214,8 +216,7 @@ class Runs(list):
 
 
 def load_runs(sources: list[str | Path] | str | Path) -> Runs:
-    """Every run of the given sources (run folders, folders of runs, `wandb:ENTITY/PROJECT[/RUN_ID]`), with labels
-    told apart (`distinguish`)."""
+    """Every run of the given sources (run folders, folders of runs, `wandb:ENTITY/PROJECT[/RUN_ID]`)."""
     runs = Runs()
     for source in [sources] if isinstance(sources, (str, Path)) else sources:
         if str(source).startswith("wandb:"):
@@ -224,5 +225,4 @@ def load_runs(sources: list[str | Path] | str | Path) -> Runs:
             runs += runs_from_wandb(str(source).removeprefix("wandb:"))
         else:
             runs += [load_run(d) for d in find_run_dirs(source)]
-    distinguish(runs)
     return runs
