@@ -1,11 +1,22 @@
-"""Load the run folders written by `python -m src.train`: config, metrics rows, provenance, summary, and the
-statistics arrays of issue 8 (Lion Cub, Sections 3 to 7: every figure and table is drawn from these).
+"""Read the run folders written by `python -m src.train`: config, metrics rows, provenance, summary, and the
+statistics arrays of src/stats (Lion Cub, Sections 3 to 7: every figure and table is drawn from these). This is the
+package that writes run folders, so the reading lives beside the writing; analysis/ and experiments/ import it.
 
 A source is a run folder (it holds `metrics.jsonl`), a folder of run folders (searched recursively), or a W&B
-project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (`src/runlog/wandb_runs.py`): every figure script
+project `wandb:ENTITY/PROJECT[/RUN_ID]` read through the W&B API (src/runlog/wandb_runs.py): every figure script
 takes any mix of them (`load_runs`). `find_runs(paths)` turns command-line arguments into run folders: a run
 folder stands for itself, a sweep folder (`python -m src.train -m ...`) or any folder of run folders for the runs
 inside it; anything else is a `NotARunError` naming the path.
+
+`runs = load_runs(paths)` is a list of `Run` that also offers pandas DataFrames (src/runlog/frames.py):
+`runs.metrics` (one row per logged row of rank 0, with the run's label and config values beside the metrics),
+`runs.summary` (one row per run), `runs.stats` (one row per run, statistics step and layer) and `runs.config`.
+
+Labels: a run is named by `run.label` of its config (a sweep sets it to the overrides that differ between its
+runs), else by its variant, with `+overlap` when the variant overlaps its collectives. Runs compared in one panel
+or table must be told apart: `distinguish(runs)` appends to every label shared by several of them the config values
+that differ between them (`cub4 (data.batch_size=8)`), or the folder name where the configs are the same; the
+DataFrames' `label` column is told apart the same way over all the runs loaded.
 """
 from __future__ import annotations
 
