@@ -63,6 +63,11 @@ FIGURES_OUT ?= results/figures
 figures: install  ## every figure and table of the paper at laptop scale (FIGS=table2,fig5 picks some): runs, results/figures/index.md
 	$(PYTHON) -m experiments.figures --runs $(RUNS) --out $(FIGURES_OUT) $(if $(FIGS),--figs $(FIGS),) $(FIGURES_ARGS)
 
+.PHONY: notebook
+NOTEBOOK_OUT ?= results/notebook/figures.ipynb
+notebook: install  ## run notebooks/figures.ipynb (verdicts, DataFrames, every figure) and save the executed copy in NOTEBOOK_OUT
+	$(PYTHON) -m experiments.notebook --out $(NOTEBOOK_OUT) --runs $(RUNS)
+
 .PHONY: table-a1-baselines
 table-a1-baselines: install  ## as table-a1 for Lion 32-bit, Lion Cub 4-bit and the baselines (DDP, AdamW, 1-bit Adam, BitDP, D-Lion)
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1_baselines --variants lion32 cub4 --with-baselines

@@ -23,9 +23,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.curves import plot_curves  # noqa: E402
-from analysis.runs import Run, load_run  # noqa: E402
-from analysis.timing_table import timing_summary, to_markdown  # noqa: E402
+from src.runlog.curves import plot_curves  # noqa: E402
+from src.runlog.runs import Run, load_run  # noqa: E402
+from src.runlog.timing_table import timing_summary, to_markdown  # noqa: E402
 
 COLUMNS = ("run", "procs", "steps", "final_val_loss", "train_time_s", "step_ms", "communicate_ms",
            "bytes_per_step", "MiB_per_step", "bytes_vs_lion32", "stages")

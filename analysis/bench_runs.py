@@ -6,12 +6,12 @@ A source is a CSV file, or a folder searched recursively for `comm.csv` files (a
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-NUMERIC = ("rate_bps", "nodes", "nproc_per_node", "world_size", "word_size", "bits", "numel", "reps", "total_s",
-           "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "wire_bytes", "link_bytes", "ideal_s")
+from src.bench.comm_rows import by_rate, numbers, read_rows
+
+__all__ = ["BenchRun", "all_rows", "by_rate", "load_bench", "read_csv"]
 
 
 @dataclass
@@ -24,17 +24,12 @@ class BenchRun:
         return self.path.parent.name
 
 
-def _number(text: str):
-    if text in ("", None):
-        return None
-    value = float(text)
-    return int(value) if value.is_integer() else value
-
-
 def read_csv(path: Path) -> BenchRun:
-    with open(path, newline="") as f:
-        rows = [{k: (_number(v) if k in NUMERIC else v) for k, v in r.items()} for r in csv.DictReader(f)]
-    return BenchRun(path, rows)
+    """One comm.csv with its numeric columns as numbers (an empty file: no rows)."""
+    try:
+        return BenchRun(path, numbers(read_rows(path)))
+    except ValueError:
+        return BenchRun(path, [])
 
 
 def load_bench(sources: list[str | Path]) -> list[BenchRun]:
@@ -51,10 +46,3 @@ def load_bench(sources: list[str | Path]) -> list[BenchRun]:
 
 def all_rows(runs: list[BenchRun]) -> list[dict]:
     return [row for run in runs for row in run.rows]
-
-
-def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for row in rows:
-        out.setdefault(str(row["rate"]), []).append(row)
-    return out

@@ -17,7 +17,6 @@ is shown instead of being hidden in the total.
 """
 from __future__ import annotations
 
-import csv
 import sys
 from pathlib import Path
 
@@ -26,93 +25,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
-from analysis.runs import Run, load_run  # noqa: E402
-from analysis.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown  # noqa: E402
-
-SEGMENTS = (*PHASES, "other")
-VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg",
-                 "ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "bitdp1")
-PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
-COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
-          "update": "#ccb974", "other": "#bbbbbb"}
-TABLE_COLUMNS = (*COLUMNS, "speedup_vs_lion32", "amdahl_limit", "overlap_limit", "forward_overlap_limit")
-
-
-def network_label(run: Run, row: dict) -> str:
-    """The network of a row, with the emulated link rate when the run recorded it."""
-    rate = (run.config.get("network") or {}).get("rate")
-    return f"{row['network']} {rate}" if row["network"] == "emulated" and rate else str(row["network"])
-
-
-def group_key(row: dict) -> tuple:
-    """Rows compare within one network, model size and world size."""
-    return row["network"], row["params_M"], row["procs"]
-
-
-def wire_bytes(run: Run) -> int | None:
-    """Bytes a rank sends per step (summary.json's `wire_bytes_per_step`; the compressed stage of 1-bit Adam)."""
-    stages = (run.summary or {}).get("wire_bytes_per_step") or {}
-    value = stages.get("step", stages.get("compression"))
-    return int(value) if value else None
-
-
-def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
-    """The Table A.1 rows of `runs` (Run objects or run folders), each with `kind` (the variant's name, with
-    `+overlap` when `variant.overlap` is on), its speedup over its group's Lion (32bit) and the limits of
-    `add_limits`; ordered by network (as given), model size, world size, variant."""
-    runs = [r if isinstance(r, Run) else load_run(r) for r in runs]
-    rows = []
-    for run in runs:
-        row = timing_summary(run)
-        row["network"] = network_label(run, row)
-        overlap = bool((run.config.get("variant") or {}).get("overlap"))
-        row["kind"] = row["variant"] + ("+overlap" if overlap else "")  # bars and rows are named by row["label"]
-        row["wire_bytes"] = wire_bytes(run)
-        rows.append(row)
-    order = {v: i for i, v in enumerate(VARIANT_ORDER)}
-    nets = {n: i for i, n in enumerate(dict.fromkeys(r["network"] for r in rows))}
-    rows.sort(key=lambda r: (nets[r["network"]], r["params_M"] or 0, r["procs"],
-                             order.get(r["kind"].split("+")[0], len(order)), r["kind"]))
-    base = {group_key(r): r for r in rows if r["kind"] == "lion32"}
-    for r in rows:
-        b = base.get(group_key(r))
-        r["speedup_vs_lion32"] = round(b["total_ms"] / r["total_ms"], 2) if b else None
-    add_limits(rows, base)
-    return rows
-
-
-def add_limits(rows: list[dict], base: dict[tuple, dict]) -> None:
-    """Per row, speedups over its group's Lion (32bit) that bound what the row could reach:
-    - `amdahl_limit`: only Lion 32-bit's communication shrinks, by the wire-bytes ratio r (Amdahl's law on its
-      communication share s = communicate / total): 1 / (1 - s + s / r);
-    - `overlap_limit`: the row's variant with its communication hidden behind all of its computation, so that a
-      step costs max(compute, communicate) of the synchronous run of that variant;
-    - `forward_overlap_limit`: what hiding it behind the next forward pass and the data loading can reach
-      (`variant.overlap`, src/optim/overlap.py): total - min(communicate, forward + data + other).
-    The overlap limits of a `+overlap` row are those of its synchronous twin (its own communicate is what the
-    forward pass did not hide)."""
-    sync = {(group_key(r), r["kind"]): r for r in rows}
-    for r in rows:
-        b = base.get(group_key(r))
-        twin = sync.get((group_key(r), r["kind"].split("+")[0]), r)
-        r["amdahl_limit"] = r["overlap_limit"] = r["forward_overlap_limit"] = None
-        if not b:
-            continue
-        if b.get("wire_bytes") and r.get("wire_bytes"):
-            share, ratio = b["communicate_ms"] / b["total_ms"], b["wire_bytes"] / r["wire_bytes"]
-            r["amdahl_limit"] = round(1 / (1 - share + share / ratio), 2)
-        total, comm = twin["total_ms"], twin["communicate_ms"]
-        hidden_by_forward = min(comm, twin["forward_ms"] + twin["other_ms"])
-        r["overlap_limit"] = round(b["total_ms"] / max(total - comm, comm), 2)
-        r["forward_overlap_limit"] = round(b["total_ms"] / (total - hidden_by_forward), 2)
-
-
-def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
-    out: dict[tuple, list[dict]] = {}
-    for r in rows:
-        out.setdefault(group_key(r), []).append(r)
-    return out
+from analysis.figure_cli import Result, cli  # noqa: E402
+from analysis.time_bars import (TABLE_COLUMNS, checks, finish_bars, groups, stacked_bars, timed_runs,  # noqa: E402,F401
+                                with_speedup, write_table)
+from src.runlog.runs import Run  # noqa: E402
+from src.runlog.timing_table import to_markdown  # noqa: E402
 
 
 def plot(rows: list[dict], out: Path, stem: str = "fig10") -> list[Path]:
@@ -123,80 +40,11 @@ def plot(rows: list[dict], out: Path, stem: str = "fig10") -> list[Path]:
     return finish_bars(fig, axes, out, stem)
 
 
-def stacked_bars(ax, group: list[dict], title: str) -> None:
-    """One panel: a bar per row stacked by phase, labelled with its speedup over Lion (32bit)."""
-    bottom = [0.0] * len(group)
-    for seg in SEGMENTS:
-        values = [r[f"{seg}_ms"] for r in group]
-        ax.bar([r["label"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
-        bottom = [b + v for b, v in zip(bottom, values)]
-    for x, (r, top) in enumerate(zip(group, bottom)):
-        if r.get("speedup_vs_lion32"):
-            ax.text(x, top, f"{r['speedup_vs_lion32']}x", ha="center", va="bottom", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    ax.set_ylabel("ms per step")
-    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
-
-
-def finish_bars(fig, axes, out: Path, stem: str) -> list[Path]:
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(SEGMENTS), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
-    return save(fig, out, stem)
-
-
-def write_table(rows: list[dict], out_dir: str | Path, stem: str = "table_a1") -> list[Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{stem}.md").write_text(to_markdown(rows, TABLE_COLUMNS))
-    with (out_dir / f"{stem}.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(TABLE_COLUMNS), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    return [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
-
-
 def write(rows: list[dict], out_dir: str | Path) -> dict[str, Path]:
     """Table A.1 (Markdown, CSV) and Fig. 10 (PNG, PDF) into `out_dir`."""
     md, csv_path = write_table(rows, out_dir)
     png, pdf = plot(rows, Path(out_dir))
     return {"md": md, "csv": csv_path, "png": png, "pdf": pdf}
-
-
-def checks(rows: list[dict]) -> list[Check]:
-    result = []
-    for (net, params, procs), group in groups(rows).items():
-        where = f"{net}, {params}M, {procs} ranks"
-        by = {r["kind"]: r for r in group}
-        chain = [k for k in PRECISION_CHAIN if k in by]
-        comm = ", ".join(f"{k} {by[k]['communicate_ms']:.1f} ms" for k in chain)
-        result.append(Check(f"{where}: communication time falls with the precision ({' > '.join(chain)})", comm,
-                            all(by[a]["communicate_ms"] > by[b]["communicate_ms"] for a, b in zip(chain, chain[1:]))
-                            if len(chain) > 1 else None))
-        cubs = [k for k in ("cub8", "cub4") if k in by and by[k].get("speedup_vs_lion32")]
-        result.append(Check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
-                            ", ".join(f"{k} {by[k]['speedup_vs_lion32']}x" for k in cubs) or "no lion32 baseline",
-                            all(by[k]["speedup_vs_lion32"] > 1 for k in cubs) if cubs else None))
-        for kind in [k for k in by if k.endswith("+overlap")]:
-            sync = by.get(kind.split("+")[0])
-            if sync:
-                result.append(Check(f"{where}: {kind} hides communication: a shorter step than synchronous "
-                                    f"{sync['kind']}", f"{by[kind]['total_ms']:.0f} ms (sd {by[kind]['total_sd_ms']}) "
-                                    f"vs {sync['total_ms']:.0f} ms (sd {sync['total_sd_ms']})",
-                                    by[kind]["total_ms"] < sync["total_ms"]))
-        if "cub1" in by and "cub4" in by:
-            result.append(Check(f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack "
-                                "overhead, as the paper found at 2 nodes)",
-                                f"cub1 {by['cub1']['communicate_ms']:.1f} ms, "
-                                f"cub4 {by['cub4']['communicate_ms']:.1f} ms",
-                                by["cub1"]["communicate_ms"] > by["cub4"]["communicate_ms"]))
-    return result
-
-
-def timed_runs(runs: list[Run], figure: str) -> list[Run]:
-    timed = [r for r in runs if timed_rows(r)]
-    need(bool(timed), f"{figure} needs runs with timed training steps (time/total in metrics.jsonl)")
-    return timed
 
 
 def make(runs: list[Run], out: Path) -> Result:

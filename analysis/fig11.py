@@ -4,10 +4,10 @@ communication stays).
 
     python -m analysis.fig11 RUNS... --out DIR       (writes fig11.md/.csv, fig11.png/.pdf and findings.json)
 
-One panel per model and batch size per rank (`data.batch_size`), stacked bars per run as in Fig. 10, and the
-speedup over the Lion (32bit) run of the same model, batch size, network and world size. Checks: in every panel
-the best Lion Cub variant beats Lion (32bit); per model and variant the speedup at the smallest batch exceeds
-the speedup at the largest.
+One panel per model and batch size per rank (`data.batch_size`), stacked bars per run as in Fig. 10
+(analysis/time_bars.py), and the speedup over the Lion (32bit) run of the same model, batch size, network and world
+size. Checks: in every panel the best Lion Cub variant beats Lion (32bit); per model and variant the speedup at the
+smallest batch exceeds the speedup at the largest.
 """
 from __future__ import annotations
 
@@ -19,21 +19,20 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.fig10 import (TABLE_COLUMNS, VARIANT_ORDER, finish_bars, network_label, stacked_bars,  # noqa: E402
-                            timed_runs, write_table)
-from analysis.fig13 import model_name  # noqa: E402
 from analysis.figure_cli import Check, Result, cli  # noqa: E402
-from analysis.runs import Run  # noqa: E402
-from analysis.timing_table import timing_summary  # noqa: E402
+from analysis.time_bars import (TABLE_COLUMNS, VARIANT_ORDER, finish_bars, label_within, network_label,  # noqa: E402
+                                stacked_bars, timed_runs, write_table)
+from src.runlog.runs import Run  # noqa: E402
+from src.runlog.timing_table import timing_summary  # noqa: E402
 
 
 def rows_of(runs: list[Run]) -> list[dict]:
     rows = []
     for run in runs:
         row = timing_summary(run)
-        row.update(network=network_label(run, row), kind=row["variant"],
-                   model=model_name(run))
+        row.update(network=network_label(run, row), kind=row["variant"], model=run.model)
         rows.append(row)
+    label_within(runs, rows, lambda r: (r["model"], r["batch"]))
     key = lambda r: (r["model"], r["batch"] or 0, r["network"], r["procs"])  # noqa: E731
     base = {key(r): r["total_ms"] for r in rows if r["kind"] == "lion32"}
     for r in rows:

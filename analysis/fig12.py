@@ -15,7 +15,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Check, Result, cli, need
 from analysis.loss_panels import draw, end_time, final_eval, finals, kind, require_evals, speed_checks
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 
 def head_share(run: Run) -> float | None:

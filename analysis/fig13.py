@@ -15,12 +15,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Check, Result, cli, need
 from analysis.loss_panels import draw, finals, kind, require_evals, speed_checks
-from analysis.runs import Run
-
-
-def model_name(run: Run) -> str:
-    size = run.get("model.params.size")
-    return f"{run.get('model.kind', '?')}" + (f" {size}" if size else "")
+from src.runlog.runs import Run
 
 
 def follows(runs: list[Run], where: str, points: float = 0.05) -> Check:
@@ -40,8 +35,8 @@ def make(runs: list[Run], out: Path) -> Result:
     need(bool(runs), "Fig. 13 needs vision runs with 'val/acc' evaluations")
     need(any(kind(r) == "lion32" for r in runs), "Fig. 13 needs a Lion (32bit) vision run (variant=lion32)")
     require_evals(runs, "val/acc", "Fig. 13")
-    names = list(dict.fromkeys(model_name(r) for r in runs))
-    groups = {n: [r for r in runs if model_name(r) == n] for n in names}
+    names = list(dict.fromkeys(r.model for r in runs))
+    groups = {n: [r for r in runs if r.model == n] for n in names}
     files = draw(groups, "val/acc", "Fig. 13: vision validation accuracy, Lion (32bit) vs Lion Cub", out, "fig13")
     checks = []
     for name, group in groups.items():

@@ -6,7 +6,7 @@ latency/bandwidth scenarios and scales, and where our benchmark's measurements f
 Top row: the paper's figure, Table 1's cost against the number of workers P for N = 100M parameters and 32-bit
 words, in a latency-bound, a balanced and a bandwidth-bound scenario (alpha / beta given in each title). Bottom
 row: per measured link rate, the collective time of the four implementations against N (markers, from comm.csv
-of `python -m src.bench.comm_bench`) over the Table 1 model fitted to them (lines; analysis/cost_table1.py).
+of `python -m src.bench.comm_bench`) over the Table 1 model fitted to them (lines; src/bench/comm_model.py).
 `python -m analysis.fig2_comm` draws the benchmark's own fit and every other case.
 Checks, measured on each rate-limited link: at the largest size the 1-bit allreduce beats the direct allreduce
 (bandwidth-bound); at the smallest size the direct allreduce beats the 1-bit allreduce (latency-bound); the naive
@@ -24,8 +24,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench  # noqa: E402
-from analysis.cost_table1 import CASE_OF, ROWS, cost, fit, row_terms  # noqa: E402
+from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from src.bench.comm_model import fit, terms  # noqa: E402
+from src.comm.cost_model import cost  # noqa: E402
 
 SCENARIOS = (("latency-bound", 1e-3, 1 / 100e9), ("balanced", 2e-5, 1 / 25e9), ("bandwidth-bound", 1e-6, 1 / 1e9))
 WORKERS = np.array([2, 4, 8, 16, 32, 64, 128, 256])
@@ -34,7 +36,7 @@ COLORS = {"ps_naive": "tab:purple", "ps_tree": "tab:orange", "pbit": "tab:green"
 
 def model_panel(ax, name: str, alpha: float, beta: float, numel: float = 1e8) -> None:
     for algorithm, (label, *_ ) in ROWS.items():
-        ax.plot(WORKERS, [cost(algorithm, int(p), numel, alpha, beta) for p in WORKERS], color=COLORS[algorithm],
+        ax.plot(WORKERS, [cost(algorithm, int(p), numel, alpha, beta).total for p in WORKERS], color=COLORS[algorithm],
                 label=label)
     ax.set(xscale="log", yscale="log", xlabel="workers P", ylabel="modelled time (s)",
            title=f"{name}: alpha={alpha:g} s, 1/beta={1 / beta / 1e9:g} Gbit/s")
@@ -43,14 +45,15 @@ def model_panel(ax, name: str, alpha: float, beta: float, numel: float = 1e8) ->
 
 
 def measured_panel(ax, rate: str, rows: list[dict]) -> None:
-    alpha, beta = fit(rows)
+    fitted = fit(table1_rows(rows))
+    alpha, beta = fitted.alpha, fitted.beta
     for algorithm, (label, *_) in ROWS.items():
         mine = sorted((r for r in rows if r["case"] == CASE_OF[algorithm]), key=lambda r: r["numel"])
         if not mine:
             continue
         ax.plot([r["numel"] for r in mine], [r["communicate_s"] for r in mine], "o", color=COLORS[algorithm],
                 label=f"{label} ({mine[0]['case']})")
-        ax.plot([r["numel"] for r in mine], [alpha * row_terms(r)[0] + beta * row_terms(r)[1] for r in mine], "-",
+        ax.plot([r["numel"] for r in mine], [alpha * terms(r)[0] + beta * terms(r)[1] for r in mine], "-",
                 color=COLORS[algorithm], alpha=0.7)
     ax.set(xscale="log", yscale="log", xlabel="update size N", ylabel="collective time (s)",
            title=f"measured, rate {rate}, P={rows[0]['world_size']}: alpha={alpha * 1e3:.2f} ms, "

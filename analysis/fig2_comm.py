@@ -2,9 +2,9 @@
 
     python -m analysis.fig2_comm results/bench/comm/comm.csv [--out DIR]
 
-Reads the benchmark's files only (it imports nothing from src/): `comm.csv` (measured rows), and beside it
-`model.csv` and `fit.json`, which `python -m src.bench.comm_report` writes (the alpha-beta fit per rate on the cases
-whose gloo algorithm is Table 1's, and the fitted model's curves). Two PNGs:
+Reads the benchmark's files only (with src/bench/comm_rows.py, as the report that writes them): `comm.csv` (measured
+rows), and beside it `model.csv` and `fit.json`, which `python -m src.bench.comm_report` writes (the alpha-beta fit
+per rate on the cases whose gloo algorithm is Table 1's, and the fitted model's curves). Two PNGs:
 - fig2_comm_sizes.png: collective time against update size, one panel per link rate; markers are measurements,
   lines the fitted alpha-beta model of each algorithm's Table 1 row at the measured world size;
 - fig2_comm_scaling.png: the fitted model against the number of workers P at the largest measured size, one panel
@@ -17,7 +17,6 @@ with the field width it really sends (see src/bench/comm_cases.py).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -28,24 +27,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
+from src.bench.comm_rows import by_rate, read_rows  # noqa: E402
+
 STYLE = {"lion32_grad": ("k", "o"), "lion16_grad": ("0.45", "o"), "fp32": ("tab:gray", "s"),
          "bf16": ("tab:brown", "s"), "cub8": ("tab:blue", "D"), "cub4": ("tab:green", "D"),
          "cub1": ("tab:red", "^"), "ps_naive": ("tab:purple", "v"), "ps_tree": ("tab:orange", "v")}
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path} holds no rows")
-    return rows
-
-
-def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for row in rows:
-        out.setdefault(row["rate"], []).append(row)
-    return out
 
 
 def _cases(rows: list[dict]) -> list[str]:
@@ -124,7 +110,7 @@ def main(argv=None) -> int:
         if missing:
             raise ValueError(f"missing {', '.join(map(str, missing))} (run `python -m src.bench.comm_report "
                              f"{args.csv}` first; `make bench` does both)")
-        rows, model, fits = read_csv(args.csv), read_csv(model_path), json.loads(fit_path.read_text())
+        rows, model, fits = read_rows(args.csv), read_rows(model_path), json.loads(fit_path.read_text())
         absent = sorted(set(by_rate(rows)) - set(fits))
         if absent:
             raise ValueError(f"{fit_path} has no fit for rate(s) {', '.join(absent)}: rerun the report")

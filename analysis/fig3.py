@@ -20,7 +20,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Check, Result, cli, need
 from analysis.loss_panels import diverged, draw, final_eval, finals, group_by, require_evals
-from analysis.runs import Run
+from src.runlog.runs import Run
 from analysis.zero_drift import text as mechanism
 
 NAIVE = ("plus", "minus")

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, runs_with_key, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import last_row, per_layer  # noqa: E402
 from analysis.update_hist import density, latest, show_layer  # noqa: E402
 

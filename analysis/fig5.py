@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from analysis.figure_cli import Result, cli
-from analysis.runs import Run
+from src.runlog.runs import Run
 from analysis.sign_match import make_figure
 
 

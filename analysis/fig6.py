@@ -16,7 +16,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Check, Result, cli, need
 from analysis.loss_panels import draw, final_eval, finals, require_evals
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 
 def strategy(run: Run) -> str | None:

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, need  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 
 VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
 PANELS = {"allocated": ("mem/peak_allocated_bytes", "CUDA peak allocated"),

@@ -12,21 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Result, cli, need
-from analysis.loss_panels import draw, finals, kind, require_evals, speed_checks
-from analysis.runs import Run
+from analysis.figure_cli import Result, cli
+from analysis.loss_panels import by_world_size
+from src.runlog.runs import Run
 
 
-def make(runs: list[Run], out: Path, figure: str = "Fig. A.2", stem: str = "figA2",
-         title: str = "GPT on 4 nodes: Lion (32bit) vs Lion Cub") -> Result:
-    need(any(kind(r) == "lion32" for r in runs), f"{figure} needs a Lion (32bit) run (variant=lion32)")
-    need(any(kind(r) != "lion32" for r in runs), f"{figure} needs Lion Cub runs besides Lion (32bit)")
-    require_evals(runs, "val/loss", figure)
-    sizes = sorted({r.world_size or 0 for r in runs})
-    groups = {f"{s} workers": [r for r in runs if (r.world_size or 0) == s] for s in sizes}
-    files = draw(groups, "val/loss", f"{figure}: {title}", out, stem)
-    checks = [c for name, g in groups.items() for c in speed_checks(g, name)]
-    return Result(files, checks, [f"{name}: {finals(g)}" for name, g in groups.items()])
+def make(runs: list[Run], out: Path) -> Result:
+    return by_world_size(runs, "Fig. A.2", "figA2", "GPT on 4 nodes: Lion (32bit) vs Lion Cub", out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,22 +3,22 @@ time further as the model grows.
 
     python -m analysis.figA3 RUNS... --out DIR        (writes figA3.png/.pdf and findings.json)
 
-The same panels and checks as Fig. A.2 (`analysis.figA2.make`). Deliberate difference: the paper's "Default"
-curve (PyTorch DDP, one allreduce per bucket) has no counterpart here; Lion (32bit) is the paper's single-tensor
-allreduce, which the appendix found faster than DDP.
+The same panels and checks as Fig. A.2 (`analysis.loss_panels.by_world_size`). Deliberate difference: the paper's
+"Default" curve (PyTorch DDP, one allreduce per bucket) has no counterpart here; Lion (32bit) is the paper's
+single-tensor allreduce, which the appendix found faster than DDP.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from analysis.figA2 import make as make_curves
 from analysis.figure_cli import Result, cli
-from analysis.runs import Run
+from analysis.loss_panels import by_world_size
+from src.runlog.runs import Run
 
 
 def make(runs: list[Run], out: Path) -> Result:
-    return make_curves(runs, out, "Fig. A.3", "figA3", "the largest GPT: Lion (32bit) vs Lion Cub")
+    return by_world_size(runs, "Fig. A.3", "figA3", "the largest GPT: Lion (32bit) vs Lion Cub", out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.figure_cli import Check, Result, cli
 from analysis.layer_spread import make_figure
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 
 def checks(label: str, c: dict[str, float]) -> list[Check]:

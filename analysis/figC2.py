@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import per_layer  # noqa: E402
 from analysis.update_hist import cdf, latest, quantile, show_layer  # noqa: E402
 

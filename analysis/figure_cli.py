@@ -21,7 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.runs import Run, load_runs  # noqa: E402
+from src.runlog.runs import Run, load_runs  # noqa: E402
 
 FINDINGS = "findings.json"
 

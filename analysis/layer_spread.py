@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import MissingRuns, Result, runs_with_key, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import layer_class, per_layer_mean  # noqa: E402
 
 PREFIX = "stats/momentum_std/max"

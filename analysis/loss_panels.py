@@ -1,5 +1,6 @@
 """Curves of validation loss (or accuracy) against optimizer steps and against training time, one row of panels
-per group of runs (Lion Cub, Fig. 3, 6, 9, 12, 13, A.2, A.3), and the end-of-run numbers their checks compare.
+per group of runs (Lion Cub, Fig. 3, 6, 9, 12, 13, A.2, A.3), and the end-of-run numbers their checks compare;
+`by_world_size` is the whole of Fig. A.2 and A.3.
 
 Each panel row holds one group (e.g. one beta2); its left panel is against steps, its right panel against
 `train_time` (the summed step time after the warm-up steps: compile, evaluation and statistics left out, as the
@@ -17,9 +18,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.curves import ema  # noqa: E402
-from analysis.figure_cli import Check, MissingRuns, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.curves import ema  # noqa: E402
+from analysis.figure_cli import Check, MissingRuns, Result, need, save  # noqa: E402
+from src.runlog.runs import Run, distinguish  # noqa: E402
 
 LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
 X_AXES = (("step", "optimizer step"), ("train_time", "training time after warm-up (s)"))
@@ -76,7 +77,10 @@ def _panel(ax, runs: list[Run], colors: dict[str, str], metric: str, x: str) -> 
 
 
 def draw(groups: dict[str, list[Run]], metric: str, title: str, out: Path, stem: str) -> list[Path]:
-    """One row of (steps, time) panels per group; returns the PNG and PDF paths."""
+    """One row of (steps, time) panels per group (runs that share a label within a group are told apart there);
+    returns the PNG and PDF paths."""
+    for runs in groups.values():
+        distinguish(runs)
     labels = list(dict.fromkeys(r.label for runs in groups.values() for r in runs))
     colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}
     fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
@@ -143,3 +147,17 @@ def speed_checks(runs: list[Run], where: str, metric: str = "val/loss", toleranc
             f"{label} at {t:.0f} s" if t is not None else f"{label} never" for label, t, _ in speed),
             all(ok for *_, ok in speed)),
     ]
+
+
+def by_world_size(runs: list[Run], figure: str, stem: str, title: str, out: Path) -> Result:
+    """Fig. A.2 / A.3: validation loss against steps and training time, one row of panels per world size, with
+    `speed_checks` per row (every Lion Cub run ends within 2% of Lion 32-bit and reaches it sooner)."""
+    need(any(kind(r) == "lion32" for r in runs), f"{figure} needs a Lion (32bit) run (variant=lion32)")
+    need(any(kind(r) != "lion32" for r in runs), f"{figure} needs Lion Cub runs besides Lion (32bit)")
+    require_evals(runs, "val/loss", figure)
+    sizes = sorted({r.world_size or 0 for r in runs})
+    groups = {f"{s} workers": [r for r in runs if (r.world_size or 0) == s] for s in sizes}
+    files = draw(groups, "val/loss", f"{figure}: {title}", out, stem)
+    checks = [c for name, g in groups.items() for c in speed_checks(g, name)]
+    return Result(files, checks, [f"{name}: {finals(g)}" for name, g in groups.items()])
+

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, need, runs_with_key, save  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import group_numel, group_sums, method_name, methods, per_layer, series  # noqa: E402
 from analysis.steady_point import Reading, reading_step  # noqa: E402
 

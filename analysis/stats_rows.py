@@ -15,7 +15,7 @@ from statistics import fmean
 
 import numpy as np
 
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 METHOD_NAMES = {"sign": "distributed Lion (sign)", "linf": "Q_inf stochastic", "linf_nozero": "w/o zero",
                 "log": "log", "l1": "L1 (ours)"}

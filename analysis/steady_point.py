@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 DROP = 0.10  # transient over: the loss falls by less than this fraction while the steps double
 

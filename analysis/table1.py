@@ -5,12 +5,12 @@ efficient), direct allreduce and 1-bit compressed allreduce, with the benchmark'
 
 BENCH: comm.csv files of `python -m src.bench.comm_bench` (or folders holding them: `make figures`' bench runs,
 `make bench`'s results/bench/comm). Per link rate: alpha and beta fitted to the collective times of Table 1's
-algorithms (analysis/cost_table1.py), then for each row the formulas, the bits per element it sends by Table 1
-at the measured P, the model's time and the measured collective time at the largest size. The figure draws the
-measured against the modelled times. Checks: on a rate-limited link, at the largest size, the measured order of
-the four matches the model's, and the 1-bit compressed allreduce is the fastest of them.
-Deliberate differences: the benchmark's direct allreduce sends 4-bit fields (not log2(P)+1 bits) and its
-parameter servers send the same 4-bit votes (b = 4), see src/bench/comm_cases.py.
+algorithms (src/bench/comm_model.py, the benchmark's own fit), then for each row the formulas, the bits per element it
+sends by Table 1 at the measured P, the model's time and the measured collective time at the largest size. The figure
+draws the measured against the modelled times. Checks: on a rate-limited link, at the largest size, the measured order
+of the four matches the model's, and the 1-bit compressed allreduce is the fastest of them. Deliberate differences:
+the benchmark's direct allreduce sends 4-bit fields (not log2(P)+1 bits) and its parameter servers send the same 4-bit
+votes (b = 4), see src/bench/comm_cases.py.
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench  # noqa: E402
-from analysis.cost_table1 import CASE_OF, ROWS, fit, row_terms  # noqa: E402
+from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from src.bench.comm_model import fit, terms  # noqa: E402
 
 COLUMNS = ("rate", "row", "latency", "bandwidth", "case", "P", "N", "model_bits_per_element", "fitted_alpha_s",
            "fitted_beta_s_per_bit", "model_ms", "measured_ms")
@@ -34,13 +35,14 @@ COLUMNS = ("rate", "row", "latency", "bandwidth", "case", "P", "N", "model_bits_
 def table(rows: list[dict]) -> list[dict]:
     out = []
     for rate, group in by_rate(rows).items():
-        alpha, beta = fit(group)
+        fitted = fit(table1_rows(group))
+        alpha, beta = fitted.alpha, fitted.beta
         numel = max(r["numel"] for r in group)
         for algorithm, (name, lat, bw) in ROWS.items():
             row = next((r for r in group if r["case"] == CASE_OF[algorithm] and r["numel"] == numel), None)
             if row is None:
                 continue
-            l_, b_ = row_terms(row)
+            l_, b_ = terms(row)
             out.append({"rate": rate, "row": name, "latency": lat, "bandwidth": bw, "case": row["case"],
                         "P": row["world_size"], "N": numel, "model_bits_per_element": round(b_ / numel, 3),
                         "fitted_alpha_s": alpha, "fitted_beta_s_per_bit": beta,

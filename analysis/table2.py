@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
 from analysis.paper_numbers import SIGNS, TABLE2  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import group_numel, group_sums, series  # noqa: E402
 from analysis.steady_point import Reading, reading_step  # noqa: E402
 

@@ -2,11 +2,11 @@
 
     python -m analysis.tableA1 RUNS... --out DIR     (writes tableA1.md/.csv, tableA1.png/.pdf and findings.json)
 
-Our rows are analysis/fig10.py's (speedup over the Lion (32bit) run of the same network, model size and world
-size); the paper's rows are its Table A.1 (H100 nodes, batch 12; 8 for 1558M), quoted in analysis/paper_numbers.py.
-The figure puts, for each group, every variant's communication share of the step and its speedup over Lion
-(32bit), ours and the paper's side by side. Checks: Fig. 10's, and that communication dominates Lion (32bit)'s
-step on our rate-limited networks as it does on the paper's Ethernet (over half of the step).
+Our rows are Fig. 10's (analysis/time_bars.py: speedup over the Lion (32bit) run of the same network, model size and
+world size); the paper's rows are its Table A.1 (H100 nodes, batch 12; 8 for 1558M), quoted in
+analysis/paper_numbers.py. The figure puts, for each group, every variant's communication share of the step and its
+speedup over Lion (32bit), ours and the paper's side by side. Checks: Fig. 10's, and that communication dominates Lion
+(32bit)'s step on our rate-limited networks as it does on the paper's Ethernet (over half of the step).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.fig10 import TABLE_COLUMNS, checks, groups, timed_runs, with_speedup, write_table  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, save  # noqa: E402
 from analysis.paper_numbers import TABLE_A1, TABLE_A1_COLUMNS  # noqa: E402
-from analysis.runs import Run  # noqa: E402
-from analysis.timing_table import to_markdown  # noqa: E402
+from analysis.time_bars import TABLE_COLUMNS, checks, groups, timed_runs, with_speedup, write_table  # noqa: E402
+from src.runlog.runs import Run  # noqa: E402
+from src.runlog.timing_table import to_markdown  # noqa: E402
 
 PAPER_KIND = {"Lion (32bit)": "lion32", "Lion (16bit)": "lion16", "Lion Cub (8bit)": "cub8",
               "Lion Cub (4bit)": "cub4", "Lion Cub (1bit)": "cub1"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.figure_cli import need
-from analysis.runs import Run
+from src.runlog.runs import Run
 from analysis.stats_rows import layer_class
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.runs import Run
+from src.runlog.runs import Run
 from analysis.stats_rows import group_numel, group_sums
 
 POSITIONS = "transformer.wpe.weight"

@@ -8,8 +8,11 @@ the measured numbers, whether this run shows the paper's finding.
 
 Steps: load the chosen manifests (all by default; `--figs` / FIGS= picks some); run each distinct run once
 (experiments/runner.py: a finished run is not run again, runs shared by manifests run once), one progress line per
-run; call each manifest's analysis module on its finished runs (`python -m analysis.figN RUN... --out
-<out>/<name>`; it writes the figure and findings.json); write `<out>/index.md` (experiments/index.py).
+run (and a bar on a terminal; in a log file a plain `progress:` line after each run instead); call each
+manifest's analysis module on its finished runs (`python -m analysis.figN RUN... --out <out>/<name>`; it writes
+the figure and findings.json; a manifest with seeds is also drawn per seed, into `<out>/<name>/seed<N>`, for the
+spread of its verdicts); write `<out>/index.md` (experiments/index.py), which lists
+every manifest: those not drawn now keep what an earlier invocation drew, or say "not run".
 `--override` adds a Hydra override to every training run (they then get their own folders), e.g. a short smoke
 test with `--override train.steps=6`; `--no-run` only redraws from the runs already there.
 Exit status: 0 when every run and every analysis succeeded, 1 when some failed (the index says which), 2 for a
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from experiments.index import FigureEntry, write_index
+from experiments.index import FigureEntry, seeds_of, write_index
 from experiments.manifest import REPO, SCALES, Manifest, ManifestError, load_manifest, manifest_names
 from experiments.runner import Outcome, is_finished, recorded_seconds, run, run_folder
 
@@ -40,6 +43,17 @@ def select(figs: str | None, scale: str, overrides: list[str]) -> list[Manifest]
             m.runs = [replace(r, overrides=[*r.overrides, *overrides]) if r.module == "src.train" else r
                       for r in m.runs]
     return manifests
+
+
+def every_manifest(scale: str) -> list[Manifest]:
+    """Every manifest of experiments/ at `scale` that loads (the index lists each, drawn or not)."""
+    found = []
+    for name in manifest_names():
+        try:
+            found.append(load_manifest(name, scale))
+        except ManifestError:
+            continue
+    return found
 
 
 # (module, flag, folder, the file whose presence means the folder is complete: the corpora write meta.json last)
@@ -72,7 +86,9 @@ def run_all(manifests: list[Manifest], root: Path) -> dict[str, Outcome]:
         prepare_data()
     tqdm.write(f"[figures] {len(specs)} runs, {len(specs) - len(todo)} already finished; {len(todo)} to run "
                f"(estimated {minutes:.0f} min on 2 cores)")
-    with tqdm(total=len(todo), desc="runs", unit="run", file=sys.stderr, disable=not todo) as bar:
+    started = time.perf_counter()
+    terminal = sys.stderr.isatty()  # in a log file a redrawn bar is garbage: one progress line per run instead
+    with tqdm(total=len(todo), desc="runs", unit="run", file=sys.stderr, disable=not todo or not terminal) as bar:
         for i, (manifest, spec) in enumerate(todo, 1):
             est = f", est. {spec.minutes:g} min" if spec.minutes else ""
             tqdm.write(f"[figures] ({i}/{len(todo)}) {manifest}: {spec.name} ({spec.nodes}x{spec.nproc_per_node} "
@@ -82,23 +98,41 @@ def run_all(manifests: list[Manifest], root: Path) -> dict[str, Outcome]:
             took = f" in {outcome.seconds:.0f} s" if outcome.seconds is not None else ""
             tqdm.write(f"[figures] ({i}/{len(todo)}) {manifest}: {spec.name} {outcome.status}{took}")
             bar.update(1)
+            if not terminal:
+                tqdm.write(progress_line(i, todo, time.perf_counter() - started))
     return outcomes
 
 
+def draw(m: Manifest, folders: list[Path], out: Path) -> tuple[int, str]:
+    """Run `m`'s analysis module on `folders` into `out` (a subprocess, as a user would): exit status, message."""
+    cmd = [sys.executable, "-m", m.analysis, *map(str, folders), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    message = "" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+    return proc.returncode, message
+
+
+def progress_line(done: int, todo: list, seconds: float) -> str:
+    """The plain progress line that stands for the bar when stderr is not a terminal (a log file, Slurm)."""
+    left = sum(spec.minutes or 0 for _, spec in todo[done:])
+    return (f"[figures] progress: {done}/{len(todo)} runs ({100 * done / len(todo):.0f}%), {seconds / 60:.1f} min "
+            f"so far, about {left:.0f} min left by the manifests' estimates")
+
+
 def analyse(m: Manifest, outcomes: dict[str, Outcome], root: Path, out: Path) -> FigureEntry:
-    """Draw manifest `m` from its finished runs with its analysis module (a subprocess, as a user would)."""
+    """Draw manifest `m` from its finished runs with its analysis module, and once per seed where it has seeds."""
     mine = [outcomes[run_folder(spec, root).name] for spec in m.runs]
-    finished = [o.folder for o in mine if o.status in ("done", "reused") and is_finished(o.spec, o.folder)]
+    finished = [o for o in mine if o.status in ("done", "reused") and is_finished(o.spec, o.folder)]
     entry = FigureEntry(m, out / m.name, mine)
     if not finished:
         entry.message = "no finished runs: nothing to draw"
         return entry
-    cmd = [sys.executable, "-m", m.analysis, *map(str, finished), "--out", str(out / m.name)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    entry.returncode = proc.returncode
-    if proc.returncode != 0:
-        entry.message = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-    tqdm.write(f"[figures] {m.name}: {m.analysis} " + ("ok" if proc.returncode == 0 else f"failed: {entry.message}"))
+    entry.returncode, entry.message = draw(m, [o.folder for o in finished], out / m.name)
+    tqdm.write(f"[figures] {m.name}: {m.analysis} " + ("ok" if entry.returncode == 0 else f"failed: {entry.message}"))
+    seeds = seeds_of(m) if entry.returncode == 0 else []
+    for seed in seeds if len(seeds) > 1 else []:
+        code, message = draw(m, [o.folder for o in finished if o.spec.seed == seed], out / m.name / f"seed{seed}")
+        if code != 0:
+            tqdm.write(f"[figures] {m.name}, seed {seed}: {m.analysis} failed: {message}")
     return entry
 
 
@@ -131,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 130
     entries = [analyse(m, outcomes, root, out) for m in manifests]
-    index = write_index(entries, out, time.perf_counter() - start)
+    index = write_index(entries, out, time.perf_counter() - start, every_manifest(args.scale))
     failed = [o.spec.name for o in outcomes.values() if o.status == "failed"]
     broken = [e.manifest.name for e in entries if e.returncode != 0]
     print(f"[figures] index: {index}" + (f"; failed runs: {', '.join(failed)}" if failed else "") +

@@ -1,5 +1,6 @@
-"""Writes notebooks/figures.ipynb: one Markdown cell (what the figure shows) and one `show(...)` cell per figure and
-table of Lion Cub, in the paper's order. Run it after adding a manifest: `python notebooks/make_figures_notebook.py`.
+"""Writes notebooks/figures.ipynb: a table of every figure's verdict, the runs as DataFrames (`load_runs`), then one
+Markdown cell (what the figure shows) and one `show(...)` cell per figure and table of Lion Cub, in the paper's order.
+Run it after adding a manifest: `python notebooks/make_figures_notebook.py`; `make notebook` executes it.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path.cwd() if (Path.cwd() / "experiments").is_dir() else Path.cwd().parent
 sys.path.insert(0, str(ROOT))
-from experiments.notebook import show
+from experiments.notebook import show, verdicts
 
 RUNS = Path(os.environ.get("LIONCUB_RUNS", ROOT / "results" / "runs"))
 OUT = Path(os.environ.get("LIONCUB_FIGURES", ROOT / "results" / "notebook_figures"))
@@ -33,6 +34,28 @@ SOURCES = {}   # e.g. {"fig12": ["wandb:my-team/lioncub"], "table2": ["/data/run
 
 def figure(name):
     return show(name, RUNS, OUT, SOURCES.get(name), SCALE)"""
+
+VERDICTS_TEXT = """## Every figure's verdict
+
+How many of each figure's checks these runs show (each check is computed by the figure's analysis script from the
+measured numbers), or why it could not be drawn. The sections below show each figure with its checks."""
+
+VERDICTS = "verdicts(RUNS, OUT, SOURCES, SCALE)"
+
+FRAMES_TEXT = """## Runs as DataFrames
+
+`load_runs` (src/runlog) reads run folders, sweep folders or a W&B project into pandas: `runs.metrics` has one row
+per logged step with the run's label and the config values that differ between the runs beside the metrics,
+`runs.summary` one row per run, `runs.stats` one row per run, statistics step and layer."""
+
+FRAMES = """from src.runlog.runs import load_runs
+
+runs = load_runs([RUNS]) if RUNS.is_dir() and any(RUNS.rglob("metrics.jsonl")) else load_runs([])
+if runs:
+    display(runs.summary.head())
+    display(runs.metrics.groupby("label")[["loss"]].last() if "loss" in runs.metrics else runs.metrics.head())
+else:
+    print(f"no run folders under {RUNS} yet (make figures fills it)")"""
 
 FIGURES = [
     ("table1", "**Table 1** (Section 3.1): the alpha-beta cost of majority voting by parameter server, direct "
@@ -76,7 +99,9 @@ FIGURES = [
 
 
 def build() -> nbformat.NotebookNode:
-    cells = [nbformat.v4.new_markdown_cell(INTRO), nbformat.v4.new_code_cell(SETUP)]
+    cells = [nbformat.v4.new_markdown_cell(INTRO), nbformat.v4.new_code_cell(SETUP),
+             nbformat.v4.new_markdown_cell(VERDICTS_TEXT), nbformat.v4.new_code_cell(VERDICTS),
+             nbformat.v4.new_markdown_cell(FRAMES_TEXT), nbformat.v4.new_code_cell(FRAMES)]
     for name, text in FIGURES:
         cells += [nbformat.v4.new_markdown_cell(text), nbformat.v4.new_code_cell(f'figure("{name}");')]
     nb = nbformat.v4.new_notebook(cells=cells)

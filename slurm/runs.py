@@ -3,7 +3,7 @@
 A run is contract 5's `RunSpec` (name, Hydra overrides, nodes, nproc_per_node, launcher). `from_manifest` is a thin
 adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_overrides` makes the runs of
 `+exp=NAME key=a,b ...`: every combination of the comma-separated values is one run, as in Hydra's multirun, and
-is named after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
+is named and labelled (`run.label`, how figures name it) after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
 `python -m src.train` would (so a typo fails here, before anything is submitted) and reads what the submission
 must respect: `expect_world_size` (a preset that pins a world size) and the chosen `network`. `preflight` then runs
 src.train's own checks (src.engine.job_check: schema, model, variant at the job's world size, data, schedule, W&B
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm.profile import SubmitError
+from src.runlog.command import override
 
 REPO = Path(__file__).resolve().parents[1]
 RESERVED = ("run.dir", "run.root", "resume")  # the job script sets these: each run has its own folder per job
@@ -95,8 +96,17 @@ def from_overrides(overrides: list[str]) -> RunSet:
     varying = {k for i, k in enumerate(keys[0]) if len({combo[i] for combo in combos}) > 1}
     exps = {o.split("=", 1)[1] for combo in combos for o in combo if o.split("=", 1)[0] in ("+exp", "exp")}
     name = exps.pop() if len(exps) == 1 else "sweep" if exps else "run"
-    runs = tuple(RunSpec(_run_name(c, varying, name), tuple(c)) for c in combos)
+    runs = tuple(RunSpec(_run_name(c, varying, name), tuple(c) + _label(c, varying)) for c in combos)
     return RunSet(name, runs, " ".join(overrides))
+
+
+def _label(overrides: list[str], varying: set[str]) -> tuple[str, ...]:
+    """`run.label=...` made of the overrides whose values vary (`seed=2, variant=cub4`), as a `-m` sweep labels its
+    runs, unless the overrides set a label themselves."""
+    if any(o.split("=", 1)[0].lstrip("+~") == "run.label" for o in overrides):
+        return ()
+    text = ", ".join(o.lstrip("+~") for o in overrides if o.split("=", 1)[0] in varying)
+    return (override("run.label", text),) if text else ()
 
 
 def check_reserved(run: RunSpec) -> None:

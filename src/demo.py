@@ -2,7 +2,7 @@
 
 Prepares the embedded demo corpus, trains GPT-2++ tiny with 2 CPU processes under Lion 32-bit and Lion Cub
 8/4/1-bit (`+exp=demo`), then writes loss-vs-step and loss-vs-time figures and the timing breakdown (Table A.1's
-columns, Markdown + CSV) with `analysis.report`, the measured speedups (`speedup.md`), and prints the folder.
+columns, Markdown + CSV) with src/runlog/report.py (`python -m analysis.report` on any runs), the measured speedups (`speedup.md`), and prints the folder.
 
 The link (`--link`): where the machine allows it (root, `ip` and `tc`: network namespaces), the processes are 2
 emulated hosts on the paper-equivalent Ethernet link (`network=paper_ethernet`, src.launch.paper_link): its rate is
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from analysis.report import make_report
-from analysis.timing_table import table_rows, to_markdown
+from src.runlog.report import make_report
+from src.runlog.timing_table import table_rows, to_markdown
 from src.data import prepare_demo_text
 from src.launch.calibrate import CalibrationError, cached_or_calibrate
 from src.launch.netns import EmulatorUnavailable, check_prerequisites

@@ -6,7 +6,7 @@ import csv
 import json
 
 from analysis import fig2, table1
-from analysis.cost_table1 import terms
+from src.bench.comm_model import terms as row_terms
 
 CASES = {"ps_naive": ("ps_naive", 4, ""), "ps_tree": ("ps_tree", 4, ""), "cub4": ("pbit", 32, 4),
          "cub1": ("onebit", 32, "")}
@@ -31,6 +31,11 @@ GOOD = {("1gbit", 10_000, "ps_naive"): 0.002, ("1gbit", 10_000, "ps_tree"): 0.00
         ("1gbit", 4_000_000, "ps_tree"): 0.0575, ("1gbit", 4_000_000, "cub4"): 0.0344,
         ("1gbit", 4_000_000, "cub1"): 0.031, ("none", 4_000_000, "cub1"): 0.02, ("none", 4_000_000, "cub4"): 0.01,
         ("none", 4_000_000, "ps_tree"): 0.03, ("none", 4_000_000, "ps_naive"): 0.04}
+
+
+def terms(model: str, P: int, N: float, b: int) -> tuple[float, float]:
+    """Table 1's (latency, bandwidth) multipliers of `model`, as the figures compute them from a benchmark row."""
+    return row_terms({"model": model, "world_size": P, "numel": N, "word_size": b, "bits": ""})
 
 
 def test_table1_terms_are_the_papers():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from analysis import fig3, fig6, fig9, fig12, fig13, figA2, figA3
-from analysis.runs import load_run
+from src.runlog.runs import load_run
 from fake_runs import curve_rows, gpt_config, write_run
 
 
@@ -133,7 +133,7 @@ def test_figA2_and_figA3(tmp_path):
 
 
 def test_report_draws_accuracy_against_time(tmp_path):
-    from analysis.report import make_report
+    from src.runlog.report import make_report
     from fake_runs import timing_rows
 
     rows = timing_rows(4, 0.01, 0.02, 0.001, 0.05, 0.002)

@@ -12,7 +12,7 @@ from harness_util import REPO
 from test_stats_run import clean_env
 
 from analysis import fig3
-from analysis.runs import load_run
+from src.runlog.runs import load_run
 from analysis.zero_drift import exact_zeros, final_state, lr_sum, row_drift, unused_rows
 
 STEPS = 4

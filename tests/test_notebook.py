@@ -1,17 +1,17 @@
-"""notebooks/figures.ipynb runs top to bottom (nbclient) on a small runs folder laid out as `make figures` lays it
-out: the figures whose runs are there are drawn by analysis/, the others say what is missing; and the notebook
-has a cell for every manifest."""
+"""notebooks/figures.ipynb runs top to bottom (nbclient, as `make notebook` runs it: the executed copy is written
+beside, the tracked notebook untouched) on a small runs folder laid out as `make figures` lays it out: it opens with
+every figure's verdict, the figures whose runs are there are drawn by analysis/, the others say what is missing;
+and the notebook has a cell for every manifest."""
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import nbformat
 import numpy as np
-from nbclient import NotebookClient
 
 from experiments.manifest import load_manifest, manifest_names
+from experiments.notebook import execute
 from experiments.runner import run_folder
 from fake_runs import GPT_LAYERS, gpt_config, layer_keys, vote_keys, write_arrays, write_run
 
@@ -46,13 +46,12 @@ def test_notebook_executes(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "figures"
     for spec in load_manifest("table2", "laptop").runs:
         stats_run(run_folder(spec, runs), spec.world_size)
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    os.environ.update(LIONCUB_RUNS=str(runs), LIONCUB_FIGURES=str(out), LIONCUB_SCALE="laptop")
-    try:
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
-    finally:
-        for key in ("LIONCUB_RUNS", "LIONCUB_FIGURES", "LIONCUB_SCALE"):
-            os.environ.pop(key, None)
+    executed = execute(tmp_path / "executed" / "figures.ipynb", runs, out, "laptop", timeout=600)
+    nb = nbformat.read(executed, as_version=4)
+    assert nbformat.read(NOTEBOOK, as_version=4).cells[3].outputs == []  # the tracked notebook stays unexecuted
+    table = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in nb.cells[3].outputs)
+    assert nb.cells[3].source.startswith("verdicts(") and table.count("\n| ") == len(manifest_names())
+    assert re.search(r"\| Table 2 \| [^|]+ \| \d+ of \d+ shown", table) and "| Fig. 12 | " in table
     for name in ("table2", "fig4", "fig5", "fig7", "fig8", "figC2"):
         assert (out / name / f"{name}.png").stat().st_size > 10_000, name
     outputs = {}

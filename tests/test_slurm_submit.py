@@ -58,13 +58,16 @@ def test_a_sweep_is_one_job_array_and_gets_the_profiles_network(tmp_path):
     (script,) = scripts(proc.stdout)
     assert "#SBATCH --array=0-2" in script and "--gpus-per-node" not in script
     assert "RUNS=(seed-1 seed-2 seed-3)" in script
-    assert "  2) OVERRIDES=(+exp=demo seed=3 network=emulated network.nodes=2 network.nproc_per_node=2) ;;" in script
+    assert ("  2) OVERRIDES=(+exp=demo seed=3 'run.label=\"seed=3\"' network=emulated network.nodes=2 "
+            "network.nproc_per_node=2) ;;") in script  # each run of the sweep is labelled by what differs
     assert "export OMP_NUM_THREADS=1" in script
 
 
 def test_runs_of_different_shapes_go_to_separate_jobs():
     swept = from_overrides(["+exp=demo", "seed=1,2"])
     assert [r.name for r in swept.runs] == ["seed-1", "seed-2"]
+    assert [r.overrides[-1] for r in swept.runs] == ['run.label="seed=1"', 'run.label="seed=2"']
+    assert from_overrides(["+exp=demo", "seed=1,2", "run.label=mine"]).runs[0].overrides[-1] == "run.label=mine"
     first, second = swept.runs  # as a manifest would give them: the second run on 2 nodes
     runset = RunSet("fig", (first, RunSpec("big", second.overrides, nodes=2)), "test")
     jobs = plan_jobs(runset, parse_args(["x=1", "--profile", "local", "--skip-data-check"]), load_profile("local"))

@@ -16,7 +16,7 @@ from harness_util import REPO
 from test_stats_run import clean_env
 
 from analysis import fig5, table2
-from analysis.runs import load_run
+from src.runlog.runs import load_run
 from analysis.stats_rows import layer_group
 from analysis.steady_point import DROP, loss_drop, reading_step, window_loss
 

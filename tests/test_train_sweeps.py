@@ -19,9 +19,9 @@ import pytest
 import yaml
 from harness_util import REPO, TORCHRUN_VARS
 
-from analysis.report import make_report
-from analysis.runs import find_runs, load_run
-from analysis.timing_table import table_rows
+from src.runlog.report import make_report
+from src.runlog.runs import find_runs, load_run
+from src.runlog.timing_table import table_rows
 from src.engine.sweep import differing, folder, label
 from src.runlog.metrics import MetricsWriter, read_metrics
 from src.runlog.run_dir import claim_run_dir
@@ -134,7 +134,7 @@ def test_figures_and_tables_name_runs_by_label(tmp_path):
 
 @pytest.mark.parametrize("path", ["missing", "empty"])
 def test_find_runs_names_what_is_missing(path, tmp_path):
-    from analysis.runs import NotARunError
+    from src.runlog.runs import NotARunError
 
     (tmp_path / "empty").mkdir()
     with pytest.raises(NotARunError, match=str(tmp_path / path)):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.report import make_report
-from analysis.runs import load_run
-from analysis.timing_table import COLUMNS, timing_summary, to_markdown
+from src.runlog.report import make_report
+from src.runlog.runs import load_run
+from src.runlog.timing_table import COLUMNS, timing_summary, to_markdown
 from src.errors import SetupError
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import timing_row

@@ -1,4 +1,4 @@
-"""Runs read from W&B become the same `Run` objects as run folders (analysis/wandb_runs.py), tested on the offline
+"""Runs read from W&B become the same `Run` objects as run folders (src/runlog/wandb_runs.py), tested on the offline
 W&B file of a real 2-rank training run: the W&B API cannot be reached here, so a stand-in serves the offline
 file's history, config and summary through the API's interface, and the conversion must reproduce the run folder."""
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 import wandb
 
 from analysis import fig6
-from analysis.runs import load_run, load_runs
-from analysis.timing_table import timing_summary
+from src.runlog.runs import load_run, load_runs
+from src.runlog.timing_table import timing_summary
 from analysis.update_hist import density
-from analysis.wandb_runs import histogram_arrays, run_from_wandb
+from src.runlog.wandb_runs import histogram_arrays, run_from_wandb
 from src.runlog.wandb_offline import find_run_file, read_config, read_history, read_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,3 +113,30 @@ def test_wandb_histograms_become_statistics_arrays():
             flat.update({f"{key}/{part}": value for part, value in hist.items()})
     run = run_from_wandb("me/p/r", {}, [flat], {})
     assert run.rows == [{"step": 40, "loss": 3.0}] and (run.stats_arrays(40)["hist_values_counts"] == counts).all()
+
+
+def test_load_runs_frames_equal_metrics_jsonl_and_the_wandb_history(wandb_run, monkeypatch):
+    """`load_runs(...).metrics` is the rows of metrics.jsonl (one DataFrame row each, label and folder beside), and
+    the same frame comes from the W&B record of the run (through the API's interface, served from the offline file)."""
+    run_dir, path = wandb_run
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    local = load_runs([run_dir]).metrics
+    assert list(local.columns[:2]) == ["label", "path"] and set(local["label"]) == {"cub4 from W&B"}
+    values = local.drop(columns=["label", "path"])
+    assert len(values) == len(rows)
+    for i, row in enumerate(rows):
+        assert values.iloc[i].dropna().to_dict() == pytest.approx({k: v for k, v in row.items() if v is not None})
+
+    class FakeApi:
+        def run(self, spec):
+            return _FakeApiRun(path)
+
+    monkeypatch.setattr(wandb, "Api", FakeApi)
+    remote = load_runs(["wandb:me/lioncub/abc123"])
+    assert remote.metrics["label"].tolist() == local["label"].tolist()
+    theirs = remote.metrics.drop(columns=["label", "path"])
+    assert sorted(theirs.columns) == sorted(values.columns)
+    for i in range(len(rows)):
+        assert theirs.iloc[i].dropna().to_dict() == pytest.approx(values.iloc[i].dropna().to_dict())
+    summary = remote.summary
+    assert summary.loc[0, "world_size"] == 2 and summary.loc[0, "variant"] == "cub4"

@@ -17,6 +17,8 @@
   collective alone) over each Lion Cub variant's whole `reduce()` (encode, pipelined collectives, decode), its share
   of the bit-ratio limit against the goal (85 % for pbit, 60 % for onebit), and the same ratio on the variant's
   collective alone beside it.
+Imports no reducer (the benchmark's cases are looked up only by the ratio tables), so that the figures of Table 1
+and Fig. 2 (analysis/table1.py, analysis/fig2.py) fit with this same code.
 Deliberate difference from the paper: the paper draws Fig. 2 from assumed alpha/beta; we fit them to our runs.
 """
 from __future__ import annotations
@@ -27,7 +29,6 @@ from itertools import combinations
 
 import numpy as np
 
-from src.bench.comm_cases import BY_NAME
 from src.comm.cost_model import cost
 
 RANKED_CASES = ("fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")  # the gradient cases tie with fp32/bf16
@@ -53,7 +54,7 @@ class Fit:
 
 def _model_args(row: dict) -> dict:
     bits = row.get("bits")
-    return dict(word_size=int(row["word_size"]), bits=int(bits) if bits not in (None, "") else None)
+    return dict(word_size=int(row.get("word_size") or 32), bits=int(bits) if bits not in (None, "") else None)
 
 
 def terms(row: dict) -> tuple[float, float]:
@@ -144,10 +145,17 @@ def ranking_agreement(rows: list[dict], fitted: Fit, time_key: str = "communicat
     return out
 
 
+def _case(name: str):
+    """The benchmark case `name` (src/bench/comm_cases.py, which builds reducers: imported only here)."""
+    from src.bench.comm_cases import BY_NAME
+
+    return BY_NAME[name]
+
+
 def limit(case_name: str, world_size: int, numel: float, bits: int | None = None) -> float:
     """The communication-time ratio Lion 32-bit / this variant that its bit width (`bits`: the field width really
     sent, when it differs from the case's) allows."""
-    case = BY_NAME[case_name]
+    case = _case(case_name)
     if case.model == "onebit":
         full = cost("allreduce", world_size, numel, 0.0, 1.0, word_size=32).bandwidth
         return full / cost("onebit", world_size, numel, 0.0, 1.0).bandwidth
@@ -171,7 +179,7 @@ def ratio_table(rows: list[dict], numel: int, baseline: str = "lion32_grad",
     for name in cases:
         if name not in at:
             continue
-        row, case = at[name], BY_NAME[name]
+        row, case = at[name], _case(name)
         lim = limit(name, int(row["world_size"]), numel, _bits(row))
         comm = float(base["communicate_s"]) / float(row["communicate_s"])
         total = float(base["total_s"]) / float(row["total_s"])
@@ -195,7 +203,7 @@ def end_to_end_table(rows: list[dict], baseline: str = "fp32",
         for name in cases:
             if name not in at:
                 continue
-            row, case = at[name], BY_NAME[name]
+            row, case = at[name], _case(name)
             lim = limit(name, int(row["world_size"]), numel, _bits(row))
             speedup = allreduce / float(row["total_s"])
             collective = allreduce / float(row["communicate_s"])

@@ -12,8 +12,8 @@ model's curves over sizes and worker counts, with the field width each worker co
 --out-dir), and prints the tables, each under the machine its rows name (CPU model, torch ISA, cores, threads
 per rank; "not recorded" for a CSV without those columns). Per rate it also writes `network_fit_<rate>.json` (alpha,
 beta and where they come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The
-figures are drawn from those files by `python -m analysis.fig2_comm` (which never imports src/; src.bench.comm_suite
-runs it). `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the benchmark's wall
+figures are drawn from those files by `python -m analysis.fig2_comm` (src.bench.comm_suite runs it; both read the
+CSVs with src/bench/comm_rows.py). `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the benchmark's wall
 time.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import numpy as np
 
 from src.bench.comm_bench import machine_text
 from src.bench.comm_cases import BY_NAME
+from src.bench.comm_rows import by_rate, read_rows
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
 from src.comm.network_fit import write_network_fit
@@ -37,21 +38,6 @@ TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cu
 FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")
 MODEL_COLUMNS = ("rate", "panel", "case", "world_size", "numel", "bits", "model_s")
 WORKERS = (2, 4, 8, 16, 32, 64)
-
-
-def read_rows(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{path} holds no benchmark rows")
-    return rows
-
-
-def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for row in rows:
-        out.setdefault(row["rate"], []).append(row)
-    return out
 
 
 def ratio_lines(rate: str, table: list[dict], numel: int) -> list[str]:

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     from src.bench.comm_report import main as report
 
     code = report([str(csv_path)])
-    if code == 0:  # the figure script reads the report's files; it never imports src/ (so it runs apart)
+    if code == 0:  # the figure script reads the report's files (a command, as a user would run it)
         code = subprocess.call([sys.executable, "-m", "analysis.fig2_comm", str(csv_path), "--out", str(args.out)])
     print(f"comm_suite: wall time {walltime}")
     return code

@@ -53,6 +53,8 @@ from src.runlog import history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
 from src.runlog.provenance import collect, rank_info
+from src.runlog.runs import load_run
+from src.runlog.timing_table import timing_summary, to_markdown, write_table
 from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_run_dir, with_suffix
 from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
@@ -271,14 +273,8 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     return StepHooks(cfg, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 
-def _timing(run_dir: Path) -> dict | None:
-    """The Table A.1 row of this run from its metrics.jsonl (None when analysis/ is not importable)."""
-    try:
-        from analysis.runs import load_run
-        from analysis.timing_table import timing_summary
-    except ImportError as exc:  # e.g. installed without the repository's analysis/ folder
-        print(f"lioncub: no timing table ({exc}); run python -m analysis.report {run_dir} --out ...", flush=True)
-        return None
+def _timing(run_dir: Path) -> dict:
+    """The Table A.1 row of this run from its metrics.jsonl."""
     return timing_summary(load_run(run_dir))
 
 
@@ -286,8 +282,6 @@ def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict) -> None:
     _write_json(run_dir / "summary.json", summary)
     row = summary.get("timing")
     if row:
-        from analysis.timing_table import to_markdown, write_table
-
         write_table([row], run_dir)
         print(f"\ntiming per step (mean of {row['steps_timed']} steps, ms):\n{to_markdown([row])}", flush=True)
     print(f"final loss {result.last_loss:.4f}  " + "  ".join(f"{k}={v:.4f}" for k, v in result.last_eval.items()))

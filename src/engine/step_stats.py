@@ -27,9 +27,9 @@ import psutil
 import torch
 
 from src.optim.lion_cub import OVERLAPPED
+from src.runlog.timing_table import PHASES
 from src.utils.timing import Spans
 
-PHASES = ("forward", "backward", "quantize", "communicate", "update")
 LOOP_PHASES = ("data", "forward", "backward", "clip")
 
 

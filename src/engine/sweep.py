@@ -4,7 +4,7 @@ Section 7 of the Lion Cub paper compares variants, learning rates and momentum s
 comparison is run: `python -m src.train -m variant=lion32,cub4 optim.lr=1e-3,3e-3 ...` (or the same under
 torchrun). The Hydra side lives in hydra_plugins/lioncub_sweeper; this module holds what lioncub decides:
 - the label of each run: the overrides whose value differs between the sweep's points, e.g.
-  `variant=cub4, optim.lr=3e-3` (`run.label`, which figures and tables use: analysis/runs.py);
+  `variant=cub4, optim.lr=3e-3` (`run.label`, which figures and tables use: src/runlog/runs.py);
 - the folders: `<run.root>/<YYYYmmdd-HHMMSS>-sweep[-<name>]/<index>-<label as a folder name>/`, and `run.sweep`
   (the sweep folder; also the W&B group of its runs);
 - every point's configuration passes `preflight` before the first one starts, so a typo in the third point does

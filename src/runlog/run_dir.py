@@ -3,7 +3,8 @@
 `plan_run_dir` only decides and checks (an explicit folder must be new or empty, so an earlier run is never
 overwritten; a resumed run reuses its own folder, see src.reliability.resume) and is called before training
 starts; `claim_run_dir` takes the folder, on rank 0, once every other check has passed, so a bad configuration
-leaves no empty folder behind. The name defaults to the preset chosen with `+exp=` or else `<model>-<variant>`.
+leaves no empty folder behind. The name defaults to the preset chosen with `+exp=` or else `<model>-<variant>`, the
+variant with `+overlap` when its collectives overlap the forward pass (as the run's label says).
 
 Claiming is atomic, so runs started at the same moment in the same root (a Slurm job array) never share a folder:
 a timestamped folder is made with an exclusive `mkdir` and, when another run took that name first, the next free
@@ -25,12 +26,13 @@ CLAIM_FILE = "attempts.jsonl"  # the first file of every run folder, created exc
 
 
 def default_name(cfg: DictConfig, choices: dict[str, str | None]) -> str:
+    variant = str(cfg.variant.name) + ("+overlap" if cfg.variant.get("overlap") else "")
     if cfg.run.get("name"):
         name = str(cfg.run.name)
     elif choices.get("exp"):
-        name = f"{choices['exp']}" + ("" if cfg.variant.name in choices["exp"] else f"-{cfg.variant.name}")
+        name = f"{choices['exp']}" + ("" if variant in choices["exp"] else f"-{variant}")
     else:
-        name = f"{choices.get('model') or cfg.model.kind}-{cfg.variant.name}"
+        name = f"{choices.get('model') or cfg.model.kind}-{variant}"
     return slug(name)
 
 

@@ -3,7 +3,8 @@
 Training loss is drawn faint as logged (rank 0's batches) with an exponential moving average on top; validation
 points (averaged over ranks) are drawn as markers joined by a line. The time axis is `train_time`, the summed step
 time after the warm-up steps (their compile time is not training time: src/engine/loop.py), which leaves evaluation
-out as the paper's wall-time comparisons do.
+out as the paper's wall-time comparisons do. Runs that share a label are told apart
+in the legend (`distinguish`: the config values that differ between them).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from analysis.runs import Run
+from src.runlog.runs import Run, distinguish
 
 X_AXES = {"step": "optimizer step", "train_time": "training time after warm-up (s)"}
 
@@ -47,7 +48,7 @@ def plot_curves(runs: list[Run], x: str, out_path: str | Path, metric: str | Non
     if x not in X_AXES:
         raise ValueError(f"x must be one of {sorted(X_AXES)}, got {x!r}")
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, run in enumerate(runs):
+    for i, run in enumerate(distinguish(list(runs))):
         color = f"C{i}"
         rows = run.train_rows()
         xs, ys = [r[x] for r in rows], [r.get(metric) for r in rows]

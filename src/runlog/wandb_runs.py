@@ -11,7 +11,7 @@ offline W&B file of a real run. History rows keep our keys (`loss`, `val/loss`, 
 the API and as `<key>/_type|bins|values` from an offline run file, `regroup` makes them one). W&B holds no
 `provenance.json`: world size, nodes and network come from the summary and config. W&B histograms of the update values
 (`stats/hist/values/<layer>`, `stats/hist/log10_abs/<layer>`) become the histogram part of the statistics arrays
-of that step (see analysis/runs.py); the other arrays exist only in run folders.
+of that step (see src/runlog/runs.py); the other arrays exist only in run folders.
 Deliberate difference from a run folder: the histogram-derived `numel` counts only the elements inside the
 histogram's range (W&B histograms drop the outside counts).
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.runs import Run
+from src.runlog.runs import Run
 
 HIST_PREFIX = {"stats/hist/values/": "hist_values", "stats/hist/log10_abs/": "hist_log10_abs"}
 

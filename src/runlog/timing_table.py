@@ -5,6 +5,9 @@ of forward, backward, quantize, communicate, update, other (the rest of the step
 total, `total_sd_ms` (the standard deviation of the step times: the spread), and the peak memory. The first
 `train.timing_skip` steps of each run are left out (warm-up). Written as Markdown and CSV.
 
+`PHASES` is the one list of the timed phases: the training loop's rows (src/engine/step_stats.py) are written with
+these names, and this table reads them back. Runs compared in one table are told apart (`distinguish`).
+
 Deliberate difference from Table A.1: quantization has its own column instead of being folded into "Update Step".
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ import csv
 from pathlib import Path
 from statistics import fmean, stdev
 
-from analysis.runs import Run, load_run
+from src.runlog.runs import Run, distinguish, load_run
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
 COLUMNS = ("network", "label", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
@@ -55,7 +58,7 @@ def timing_summary(run: Run) -> dict:
 
 
 def table_rows(run_dirs: list[str | Path]) -> list[dict]:
-    return [timing_summary(load_run(d)) for d in run_dirs]
+    return [timing_summary(run) for run in distinguish([load_run(d) for d in run_dirs])]
 
 
 def to_markdown(rows: list[dict], columns=COLUMNS) -> str:
