@@ -80,8 +80,8 @@ def test_compiled_and_eager_l1_encode_and_decode_are_bitwise_equal():
 
 def test_compiled_and_eager_8bit_levels_and_field_sums_are_bitwise_equal():
     """Fast: the one-field-per-word encode (codes written as the words through a [blocks, BLOCK] view, NaN -> level
-    0 by a vector compare when compiled) on adversarial values at 13 blocks, and the plane-by-plane decode of 4- and
-    8-bit field sums at a word count that is not a multiple of 8."""
+    0 by a vector compare when compiled) on adversarial values at 13 blocks, and the decode of 4- and
+    8-bit field sums at a word count that is not a multiple of 8, against a plain reference."""
     torch._inductor.config.compile_threads = 1
     x = adversarial(BLOCK * 13, seed=3)
     x[3 * BLOCK: 6 * BLOCK] = torch.randn(3 * BLOCK, generator=torch.Generator().manual_seed(5))  # a plain segment

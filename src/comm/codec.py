@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from src.comm.packing import field_planes, fields_per_word, fold
+from src.comm.packing import fields_per_word, fold, spread
 from src.quant.blocks import BLOCK, quantize_blocks
 
 _COMPILED: dict = {}
@@ -117,14 +117,12 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
     """Direction from the field sums T: S = 2 (T - offset) for votes, T - offset for levels; sign(S) or S / divisor.
 
     (votes: offset = world_size / 2, so S = 2T - world_size; levels: offset = world_size * levels; exact in float32)
-    Field plane j of the words goes straight to plane j of `out`: no [k, m] tensor of sums in between.
     """
-    planes = out.view(fields_per_word(bits), -1)
-    for j, total in enumerate(field_planes(words, bits)):
-        direction = total.to(torch.float32) - offset
-        if votes:
-            direction = direction * 2
-        planes[j].copy_(torch.sign(direction) if majority else direction / divisor)
+    total = spread(words, bits).view(-1)
+    direction = total.to(torch.float32) - offset
+    if votes:
+        direction = direction * 2
+    out.copy_(torch.sign(direction) if majority else direction / divisor)
 
 
 def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> None:

@@ -73,20 +73,14 @@ def fold(planes: torch.Tensor, bits: int) -> torch.Tensor:
     return word
 
 
-def field_planes(words: torch.Tensor, bits: int) -> list[torch.Tensor]:
-    """The k field planes of m words, each an [m] int32 tensor of field values (or field sums)."""
+def spread(words: torch.Tensor, bits: int) -> torch.Tensor:
+    """The inverse of `fold`: a [k, m] int32 tensor of field values (or field sums) from m words."""
     k = fields_per_word(bits)
     mask = (1 << bits) - 1
     w = words.to(torch.int32)  # non-negative: a 16-bit word's upper field stays below 2**15
     if k == 1:
-        return [w]
-    return [torch.bitwise_right_shift(w, bits * j) & mask for j in range(k)]
-
-
-def spread(words: torch.Tensor, bits: int) -> torch.Tensor:
-    """The inverse of `fold`: a [k, m] int32 tensor of field values (or field sums) from m words."""
-    planes = field_planes(words, bits)
-    return planes[0].unsqueeze(0) if len(planes) == 1 else torch.stack(planes)
+        return w.unsqueeze(0)
+    return torch.stack([torch.bitwise_right_shift(w, bits * j) & mask for j in range(k)])
 
 
 def pack(values: torch.Tensor, bits: int) -> torch.Tensor:
