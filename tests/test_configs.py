@@ -80,13 +80,15 @@ def _open_data(cfg, task, model, demo_tokens, synthetic_cifar):
 def test_preset_builds_model_and_data(name, demo_tokens, synthetic_cifar):
     cfg = compose_cfg([f"+exp={name}"] + (["model.params.pretrained_path=null"] if "deit_tiny" in name else []))
     assert config_problems(cfg) == []  # the typed schema accepts every preset
-    assert cfg.checkpoint.every == (0 if name == "demo" else 500)  # paper presets checkpoint periodically
-    ctx = ctx_for(PAPER_WORKERS if name != "demo" else 2)
+    cpu = name in ("demo", "laptop")  # the CPU presets; the others are the paper's
+    assert cfg.checkpoint.every == (0 if cpu else 500)  # paper presets checkpoint periodically
+    ctx = ctx_for(PAPER_WORKERS if not cpu else 2)
     task = make_task(cfg, ctx)
     model = task.build_model("meta")
     task.check_model(model)
     validate_variant(cfg.variant, ctx.world_size, model)
-    _open_data(cfg, task, model, demo_tokens, synthetic_cifar)
+    if name != "laptop":  # its compact-vocabulary corpus is opened by tests/test_laptop_corpus.py
+        _open_data(cfg, task, model, demo_tokens, synthetic_cifar)
     size = re.match(r"gpt(\d+)m_", name)
     if size:  # the parameter count matches the name (GPT-2 sizes count the head tied to the embedding)
         head = 0 if cfg.model.params.tie_embeddings else model.lm_head.weight.numel()

@@ -23,7 +23,7 @@ from src.runlog.wandb_offline import find_run_file, read_config, read_history
 METHODS = ("sign", "linf", "linf_nozero", "log", "l1")
 SIGNS = ("pos", "neg", "zero")
 PHASES = ("data", "forward", "backward", "clip", "quantize", "communicate", "update")
-PRESETS = sorted(p.stem for p in (REPO / "conf" / "exp").glob("*.yaml") if p.stem != "demo")
+PRESETS = sorted(p.stem for p in (REPO / "conf" / "exp").glob("*.yaml") if p.stem not in ("demo", "laptop"))  # paper
 
 
 def clean_env(**extra: str) -> dict:
