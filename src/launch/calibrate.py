@@ -11,7 +11,8 @@ does. It trains Lion 32-bit for a few steps on the emulated cluster (`src.launch
 a second rate guessed from the first (communication taken proportional to 1/rate), fits
 `communicate = a + k / rate` through the two points, solves for the rate whose communication is
 `share / (1 - share)` times the step's other time, and verifies with one more run at that rate (refitting through
-the two nearest points, at most twice, when the verified share misses the target by more than `TOLERANCE`).
+the two nearest points, at most twice, when the verified share misses the target by more than `TOLERANCE`). A
+second link of the same machine and setting starts from the first link's runs instead of measuring two new ones.
 
 The result is cached in `results/calibration/<network>-<key>.json` (written whole or not at all); the key digests
 the machine (CPU model, ISA, cores), the cluster shape and the setting, so a run on the same machine and setting
