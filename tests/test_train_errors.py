@@ -115,7 +115,7 @@ def test_vision_batch_larger_than_the_dataset(tmp_path):
 def cli(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
     return subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=600, check=False)
 
 
 def test_cli_bad_data_exits_cleanly_and_leaves_runs_untouched(tmp_path):
