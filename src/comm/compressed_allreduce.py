@@ -55,6 +55,12 @@ def compress_(x: torch.Tensor, error: torch.Tensor, bits: torch.Tensor) -> torch
     return scale
 
 
+def _scales(rows: torch.Tensor, start: int) -> torch.Tensor:
+    """The float32 scales after byte `start` of each packed row, copied to a fresh contiguous tensor: a row slice's
+    offset and stride need not be multiples of 4 (one row at world size 1, odd sign-byte counts)."""
+    return rows[:, start:].clone(memory_format=torch.contiguous_format).view(torch.float32)
+
+
 @dataclass(frozen=True)
 class Piece:
     """Values [start, start + length) of a server's chunk that belong to tensor `segment`."""
@@ -166,7 +172,7 @@ class CompressedAllreduce(Reducer):
         """Average the N compressed copies of this rank's chunk, add and update the server error, recompress."""
         sign_bytes, pieces = p.chunk // 8, p.pieces[self.rank]
         rows = received.view(self.world_size, p.up_bytes)
-        scales = rows[:, sign_bytes:].contiguous().view(torch.float32)  # (world_size, tensors)
+        scales = _scales(rows, sign_bytes)  # (world_size, tensors)
         _, server_error = self._errors(p, received.device)
         y = self.workspace.get("server_sum", p.chunk, torch.float32, received.device)
         signed = self.workspace.get("server_signed", p.chunk, torch.float32, received.device)
@@ -194,7 +200,7 @@ class CompressedAllreduce(Reducer):
     def _decode(self, gathered: torch.Tensor, p: Plan) -> torch.Tensor:
         sign_bytes = p.chunk // 8
         rows = gathered.view(self.world_size, p.down_bytes)
-        scales = rows[:, sign_bytes:].contiguous().view(torch.float32)  # (world_size, server_scales)
+        scales = _scales(rows, sign_bytes)  # (world_size, server_scales)
         result = self.workspace.get("result", self.world_size * p.chunk, torch.float32, gathered.device)
         for row, values in zip(rows, result.view(self.world_size, p.chunk)):  # each server's packed signs
             values.copy_(unpack(row[:sign_bytes], 1, p.chunk))
