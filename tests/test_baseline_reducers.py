@@ -141,7 +141,8 @@ def compressed_reference(world_size: int, numel: int, steps: int, segments: list
 
 
 @pytest.mark.parametrize("world_size,numel,segments", [(2, 1000, None), (3, 1001, None), (4, 37, None),
-                                                       (3, 1001, [500, 1, 0, 300, 200]), (4, 37, [30, 7])])
+                                                       (3, 1001, [500, 1, 0, 300, 200]), (4, 37, [30, 7]),
+                                                       (1, 1003, [334, 664, 5])])
 def test_compressed_allreduce_error_feedback_over_steps(dist, world_size, numel, segments):
     """One scale for the whole vector (Algorithm 1), or per tensor and per tensor piece of a chunk (segments)."""
     steps = 4
