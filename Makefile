@@ -28,7 +28,7 @@ bench-core: install  ## pack/unpack and quantize throughput beside memcpy, and w
 	$(PYTHON) -m src.bench.core_throughput
 
 .PHONY: demo
-demo: install laptop-data  ## 2 CPU processes on the paper-equivalent link (root; else loopback): Lion 32-bit vs Lion Cub 8/4/1-bit on a tiny GPT; figures, timing, speedups
+demo: install laptop-data  ## 2 CPU processes on the paper-equivalent link (root; else loopback): Lion 32-bit vs Lion Cub 8/4/1-bit on the laptop scale model; figures, timing, speedups
 	OMP_NUM_THREADS=1 $(PYTHON) -m src.demo $(DEMO_ARGS)
 
 .PHONY: laptop-data

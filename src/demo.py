@@ -1,7 +1,7 @@
 """`make demo`: a laptop-sized rerun of the Lion Cub comparison (Section 7, Fig. 10 and 12 in miniature).
 
-Prepares the embedded demo corpus, trains GPT-2++ tiny with 2 CPU processes under Lion 32-bit and Lion Cub
-8/4/1-bit (`+exp=demo`), then writes loss-vs-step and loss-vs-time figures and the timing breakdown (Table A.1's
+Prepares the laptop corpus (src/data/laptop_corpus.py), trains the laptop scale model of the paper's GPT
+(`+exp=laptop`, docs/scale_model.md) with 2 CPU processes under Lion 32-bit and Lion Cub 8/4/1-bit, then writes loss-vs-step and loss-vs-time figures and the timing breakdown (Table A.1's
 columns, Markdown + CSV) with src/runlog/report.py (`python -m analysis.report` on any runs), the measured speedups (`speedup.md`), and prints the folder.
 
 The link (`--link`): where the machine allows it (root, `ip` and `tc`: network namespaces), the processes are 2
@@ -17,9 +17,10 @@ The speedup of a variant is Lion 32-bit's training time over its own, for the sa
 (start-up, compile, evaluations) is reported beside it.
 
 Length on the paper link: Lion 32-bit's step there is about five times its compute, by construction. The demo
-trains the preset's steps (`+exp=demo`) unless the calibration's measured Lion 32-bit step says that the four
+trains the preset's steps unless the calibration's measured Lion 32-bit step says that the four
 variants would not fit `--budget-min` (10 minutes, with `OVERHEAD_S` per variant for start-up, compile and
 evaluation); then it trains as many steps as fit and says so. A `train.steps=` override is always kept.
+`--preset demo` runs the old tiny scale (GPT-2++ tiny on the demo corpus) instead.
 """
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ from pathlib import Path
 from src.runlog.report import make_report
 from src.runlog.timing_table import table_rows, to_markdown
 from src.data import prepare_demo_text
+from src.data.laptop_corpus import prepare_laptop_text
 from src.launch.calibrate import CalibrationError, cached_or_calibrate
 from src.launch.netns import EmulatorUnavailable, check_prerequisites
 
 VARIANTS = ("lion32", "cub8", "cub4", "cub1")
+PRESETS = {"laptop": ("data/laptop_text", prepare_laptop_text), "demo": ("data/demo_text", prepare_demo_text)}
 PAPER_LINK = "paper_ethernet"
 LINKS = ("auto", PAPER_LINK, "loopback")
 BYTES_RATIO = {"lion32": 1.0, "lion16": 0.5, "cub8": 0.25, "cub4": 0.125, "cub1": 1 / 25}  # of Lion 32-bit's bytes
@@ -70,15 +73,15 @@ def launcher(link: str, nproc: int) -> list[str]:
             f"nproc_per_node={nproc // 2}", "--"]
 
 
-def job(variant: str, run_dir: Path, data_dir: Path, extra: list[str]) -> list[str]:
-    return ["+exp=demo", f"variant={variant}", f"data.dir={data_dir}", f"run.dir={run_dir}", "train.progress=false",
+def job(variant: str, run_dir: Path, data_dir: Path, extra: list[str], preset: str = "laptop") -> list[str]:
+    return [f"+exp={preset}", f"variant={variant}", f"data.dir={data_dir}", f"run.dir={run_dir}", "train.progress=false",
             *extra]
 
 
 def train_variant(variant: str, run_dir: Path, data_dir: Path, nproc: int, extra: list[str],
-                  link: str = "loopback") -> float:
+                  link: str = "loopback", preset: str = "laptop") -> float:
     """Train one variant on `link`; returns its wall time in seconds, launch to exit (raises on failure)."""
-    cmd = [*launcher(link, nproc), *job(variant, run_dir, data_dir, extra)]
+    cmd = [*launcher(link, nproc), *job(variant, run_dir, data_dir, extra, preset)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}  # as set by main
     start = time.perf_counter()
     print(f"\n=== {variant}: {' '.join(cmd[1:])}", flush=True)
@@ -86,23 +89,23 @@ def train_variant(variant: str, run_dir: Path, data_dir: Path, nproc: int, extra
     return time.perf_counter() - start
 
 
-def preset_steps() -> int:
+def preset_steps(preset: str = "laptop") -> int:
     from omegaconf import OmegaConf
 
-    return int(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "exp" / "demo.yaml").train.steps)
+    return int(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "exp" / f"{preset}.yaml").train.steps)
 
 
-def fit_steps(record: dict, variants: list[str], budget_s: float) -> tuple[int, str]:
+def fit_steps(record: dict, variants: list[str], budget_s: float, preset: str = "laptop") -> tuple[int, str]:
     """Steps that fit the budget on the calibrated link, from the calibration's Lion 32-bit step: each variant's step
     estimated as its compute plus Lion 32-bit's communication times its bytes ratio (quantization not counted)."""
     verify = next(r for r in record["runs"] if r["rate"] == record["rate"])
     communicate, compute = verify["communicate_ms"] / 1000, (verify["total_ms"] - verify["communicate_ms"]) / 1000
     per_step = sum(compute + communicate * BYTES_RATIO.get(v, 1.0) for v in variants)
     fits = int((budget_s - OVERHEAD_S * len(variants)) / per_step)
-    if fits >= preset_steps():
-        return preset_steps(), ""
+    if fits >= preset_steps(preset):
+        return preset_steps(preset), ""
     steps = max(MIN_STEPS, fits)
-    preset = preset_steps()
+    preset = preset_steps(preset)
     return steps, (f"demo: {steps} steps per variant instead of the preset's {preset}: on this link Lion 32-bit's "
                    f"step took {verify['total_ms'] / 1000:.1f} s when calibrated, so the preset's would take about "
                    f"{per_step * preset / 60:.0f} min for the {len(variants)} variants (budget "
@@ -144,21 +147,21 @@ def prepare_link(args, start: float) -> tuple[str, dict, str | None]:
     if link == "loopback":
         return link, {}, why
     try:  # calibrated once per machine and setting, before the clock of any variant starts
-        _, record = cached_or_calibrate(link, job("lion32", Path(args.out or "."), Path(args.data), args.overrides),
-                                        2, args.nproc // 2)
+        _, record = cached_or_calibrate(link, job("lion32", Path(args.out or "."), Path(args.data), args.overrides,
+                                                  args.preset), 2, args.nproc // 2)
     except CalibrationError as exc:
         if args.link != "auto":
             raise
         return "loopback", {}, FALLBACK.format(reason=f"its calibration failed: {exc}")
     if any(o.lstrip("+").startswith("train.steps=") for o in args.overrides):
         return link, record, None
-    steps, why = fit_steps(record, args.variants, 60 * args.budget_min - (time.perf_counter() - start))
+    steps, why = fit_steps(record, args.variants, 60 * args.budget_min - (time.perf_counter() - start), args.preset)
     if why:
         args.overrides = [*args.overrides, f"train.steps={steps}"]
     return link, record, why or None
 
 
-def share_note(timing: list[dict], link: str, record: dict, nproc: int) -> str:
+def share_note(timing: list[dict], link: str, record: dict, nproc: int, preset: str = "laptop") -> str:
     """Lion 32-bit's measured communication share beside the paper's, and a hint when it is off the calibration."""
     lion32 = next((r for r in timing if r["variant"] == "lion32"), None)
     if lion32 is None:
@@ -168,14 +171,16 @@ def share_note(timing: list[dict], link: str, record: dict, nproc: int) -> str:
     if link != "loopback" and abs(share - record["target_share"]) > 0.10:
         note += (f" That is off the calibrated {100 * record['verified_share']:.0f} %: the machine is busier or "
                  "quieter than when the link was calibrated; rerun python -m src.launch.calibrate "
-                 f"network={link} nodes=2 nproc_per_node={nproc // 2} --force -- +exp=demo")
+                 f"network={link} nodes=2 nproc_per_node={nproc // 2} --force -- +exp={preset}")
     return note
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m src.demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="results folder (default: results/demo-<timestamp>)")
-    p.add_argument("--data", default="data/demo_text", help="demo corpus folder (prepared if missing)")
+    p.add_argument("--preset", choices=tuple(PRESETS), default="laptop",
+                   help="laptop: the scale model (default); demo: the old tiny GPT on the demo corpus")
+    p.add_argument("--data", default=None, help="corpus folder (prepared if missing; default: the preset's)")
     p.add_argument("--variants", nargs="+", default=list(VARIANTS))
     p.add_argument("--nproc", type=int, default=2, help="processes per run (on the paper link: split over 2 hosts)")
     p.add_argument("--link", choices=LINKS, default="auto",
@@ -187,8 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the calibration's runs and the variants' alike
     out = Path(args.out or f"results/demo-{time.strftime('%Y%m%d-%H%M%S')}")
-    meta = prepare_demo_text(args.data)
-    print(f"demo corpus {args.data}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens")
+    folder, prepare = PRESETS[args.preset]
+    args.data = args.data or folder
+    meta = prepare(args.data)
+    print(f"corpus {args.data}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens")
     try:
         link, record, why = prepare_link(args, start)
     except (EmulatorUnavailable, CalibrationError) as exc:
@@ -199,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     run_dirs, times = [], {}
     for variant in args.variants:
         run_dir = out / "runs" / variant
-        times[variant] = train_variant(variant, run_dir, Path(args.data), args.nproc, args.overrides, link)
+        times[variant] = train_variant(variant, run_dir, Path(args.data), args.nproc, args.overrides, link,
+                                       args.preset)
         run_dirs.append(run_dir)
     outputs = make_report(run_dirs, out)
     timing = table_rows(run_dirs)
     print("\n" + to_markdown(timing))
-    note = share_note(timing, link, record, args.nproc)
+    note = share_note(timing, link, record, args.nproc, args.preset)
     table = speedup_markdown(speedups(run_dirs, times), link, note)
     (out / "speedup.md").write_text(table)
     print("\n" + table)
