@@ -116,6 +116,11 @@ def write_arrays(folder: Path, step: int, updates: dict[str, np.ndarray], world_
         arrays[key] = np.array([p[key] for p in per])
     arrays["numel"] = arrays["numel"].astype(np.int64)
     arrays["vote_counts"] = np.zeros((len(layers), 3, 3), dtype=np.int64)
+    arrays["match_counts"] = np.zeros((len(layers), 2), dtype=np.int64)  # (L, M): the two methods above
+    arrays["flip_counts"] = np.zeros((len(layers), 2), dtype=np.int64)
+    arrays["model_numel"] = np.int64(arrays["numel"].sum())  # the whole model, as src/stats/report.py writes it
+    for key in ("vote_counts", "match_counts", "flip_counts"):
+        arrays["model_" + key] = arrays[key].sum(axis=0)
     (folder / "stats").mkdir(parents=True, exist_ok=True)
     np.savez_compressed(folder / "stats" / f"step_{step:08d}.npz", **arrays)
     keys = {}

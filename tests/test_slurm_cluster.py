@@ -95,7 +95,8 @@ def rows(run_dir: Path) -> list[dict]:
 def test_two_runs_finish_on_the_two_nodes(slurm, demo_tokens, tmp_path):
     folder = submit(slurm, tmp_path, "+exp=demo", "seed=1,2", "train.steps=4", "train.eval_every=2",
                     f"data.dir={demo_tokens}", *TINY)
-    broken = submit(slurm, tmp_path / "broken", "+exp=demo", f"data.dir={tmp_path / 'no_data'}", *TINY)
+    broken = submit(slurm, tmp_path / "broken", "+exp=demo", f"data.dir={tmp_path / 'no_data'}", *TINY,
+                    "--skip-data-check")  # data only the nodes would have: the job finds it missing
     wait_until_done(slurm, folder)
     wait_until_done(slurm, broken)
     proc = status(slurm, broken)  # which failed, and why: the job's exit status and lioncub's own message

@@ -102,7 +102,10 @@ def test_compression_stage_before_any_warmup_is_refused(demo_tokens, one_process
 
 
 def test_bitdp_on_a_model_without_the_linear_layers_it_compresses_is_refused(tmp_path, one_process):
-    msg = fails("model=resnet18", "data=cifar100", "optim=vision", f"data.root={tmp_path / 'none'}", "variant=bitdp2",
+    from src.data import make_synthetic_cifar
+
+    make_synthetic_cifar(tmp_path / "cifar", num_classes=100, n_train=1100, n_test=100, seed=0)  # data first
+    msg = fails("model=resnet18", "data=cifar100", "optim=vision", f"data.root={tmp_path / 'cifar'}", "variant=bitdp2",
                 "variant.layers=attn")
     assert "linear layers of class 'attn'" in msg and "62 trainable tensors" in msg and "fc.weight" in msg
 
