@@ -15,23 +15,7 @@ import torch.distributed as tdist
 from src.comm import codec, make_reducer
 from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
-
-
-def adversarial(numel: int, seed: int) -> torch.Tensor:
-    """Blocks of Gaussians at scales spread over 60 decades, with runs of zeros, -0.0, +-1 ties, halves, subnormals;
-    the last quarter also holds extremes, infinities and NaN (in a segment of its own: see `_inverse`)."""
-    g = torch.Generator().manual_seed(seed)
-    blocks = -(-numel // BLOCK)
-    scale = torch.pow(10.0, torch.randint(-30, 30, (blocks,), generator=g).float()).repeat_interleave(BLOCK)
-    x = torch.randn(numel, generator=g) * scale[:numel]
-    ties = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, 1e-45, -1e-45, 1.2e-38])
-    idx = torch.randint(0, numel, (numel // 4,), generator=g)
-    x[idx] = ties[torch.randint(0, len(ties), (len(idx),), generator=g)]
-    x[: numel // 9] = 0.0  # a run of zeros: all-zero blocks
-    extremes = torch.tensor([3.4e38, -3.4e38, float("inf"), -float("inf"), float("nan")])
-    idx = torch.randint(3 * numel // 4, numel, (numel // 50 + 1,), generator=g)
-    x[idx] = extremes[torch.randint(0, len(extremes), (len(idx),), generator=g)]
-    return x
+from src.bench.gpu_check.codecs import adversarial  # the same vectors the GPU check compares
 
 
 def both(fn, *args, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

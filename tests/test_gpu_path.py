@@ -39,16 +39,12 @@ from pathlib import Path
 
 import pytest
 
+from src.bench.gpu_check.training import VARIANTS  # the variants the GPU check trains
+
 REPO = Path(__file__).resolve().parents[1]
 SITE = REPO / "tests" / "gpu_double"
 BUDGET = 1
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RESTART_COUNT")
-VARIANTS = {"lion32": ["variant=lion32"], "lion16": ["variant=lion16"],
-            "cub8_sync": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all"],
-            "cub4": ["variant=cub4"], "cub1": ["variant=cub1"], "dlion_mavo": ["variant=dlion_mavo"],
-            "dlion_avg": ["variant=dlion_avg"],
-            "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=2"],
-            "cub4_overlap": ["variant=cub4", "variant.overlap=true", "variant.reducer.chunk=65536"]}
 # the variant's own collectives, which the double must have seen (so a silent double cannot pass)
 COLLECTIVE = {"lion32": "all_reduce", "lion16": "all_reduce", "cub8_sync": "all_reduce", "cub4": "all_reduce",
               "cub1": "all_to_all_single", "dlion_mavo": "gather", "dlion_avg": "gather",
