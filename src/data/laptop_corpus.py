@@ -42,7 +42,7 @@ import numpy as np
 
 from .compact_vocab import CompactVocab, choose_tokens
 from .errors import DataError
-from .prepare_text import TOKEN_DTYPE, prepare_text
+from .prepare_text import TOKEN_DTYPE, commit_splits, prepare_text
 from .token_meta import META_FILE, SPLITS, bin_path, check_split_file, read_meta, write_meta
 from .tokenizer import GPT2_VOCAB_SIZE
 
@@ -149,19 +149,17 @@ def _write_compact(out_dir: Path, gpt2_dir: Path, vocab_size: int) -> dict:
     train = np.fromfile(bin_path(gpt2_dir, "train"), dtype=TOKEN_DTYPE)
     counts = np.bincount(train, minlength=GPT2_VOCAB_SIZE)
     vocab = CompactVocab(choose_tokens(counts, vocab_size))
-    stats = {}
-    try:
+
+    def write() -> dict:
+        unk = {}
         for split in SPLITS:
             tokens = train if split == "train" else np.fromfile(bin_path(gpt2_dir, split), dtype=TOKEN_DTYPE)
             compact = vocab.encode_gpt2(tokens).astype(TOKEN_DTYPE)
             compact.tofile(out_dir / f"{split}.bin.tmp")
-            stats[f"{split}_unk_fraction"] = round(float(np.mean(compact == vocab.unk_token)), 6)
-    except BaseException:
-        for split in SPLITS:
-            (out_dir / f"{split}.bin.tmp").unlink(missing_ok=True)
-        raise
-    for split in SPLITS:
-        os.replace(out_dir / f"{split}.bin.tmp", bin_path(out_dir, split))
+            unk[f"{split}_unk_fraction"] = round(float(np.mean(compact == vocab.unk_token)), 6)
+        return unk
+
+    stats = commit_splits(out_dir, write)
     kept = counts[vocab.gpt2_ids]
     return {**vocab.meta(), **stats, "max_token_id": vocab.vocab_size - 1, "min_count": int(kept.min()),
             "distinct_gpt2_tokens": int(np.count_nonzero(counts))}

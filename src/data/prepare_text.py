@@ -99,6 +99,20 @@ def _write_splits(src, enc, val_mask: np.ndarray, out: Path, threads: int, batch
     return stats
 
 
+def commit_splits(out: Path, write):
+    """Run `write()`, which writes `<split>.bin.tmp` into `out`, and return its result; then rename every .tmp to its
+    split file, or, if `write` fails, remove them, so that a half-written split never looks like a finished one."""
+    try:
+        result = write()
+    except BaseException:
+        for split in SPLITS:
+            (out / f"{split}.bin.tmp").unlink(missing_ok=True)
+        raise
+    for split in SPLITS:
+        os.replace(out / f"{split}.bin.tmp", bin_path(out, split))
+    return result
+
+
 def prepare_text(
     source: str | Path,
     out_dir: str | Path,
@@ -124,14 +138,7 @@ def prepare_text(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / META_FILE).unlink(missing_ok=True)  # the folder is incomplete until meta.json is rewritten
-    try:
-        stats = _write_splits(src, enc, val_mask, out, threads, batch_docs, progress)
-    except BaseException:
-        for split in SPLITS:
-            (out / f"{split}.bin.tmp").unlink(missing_ok=True)
-        raise
-    for split in SPLITS:
-        os.replace(out / f"{split}.bin.tmp", bin_path(out, split))
+    stats = commit_splits(out, lambda: _write_splits(src, enc, val_mask, out, threads, batch_docs, progress))
     meta = {
         "format_version": FORMAT_VERSION, "tokenizer": TOKENIZER_NAME, "vocab_size": GPT2_VOCAB_SIZE,
         "eot_token": EOT_TOKEN, "dtype": np.dtype(TOKEN_DTYPE).name, "max_token_id": stats["max_token_id"],
