@@ -22,3 +22,18 @@ def one_process(monkeypatch):
     """No launcher variables: the test runs as a plain `python -m src.train` would."""
     for key in TORCHRUN_VARS:
         monkeypatch.delenv(key, raising=False)
+
+
+def emulator_unavailable() -> str | None:
+    """Why the emulated cluster cannot run here (src.launch.netns's one line), or None when it can."""
+    from src.launch.netns import EmulatorUnavailable, check_prerequisites
+
+    try:
+        check_prerequisites()
+    except EmulatorUnavailable as exc:
+        return str(exc)
+    return None
+
+
+needs_netns = pytest.mark.skipif(emulator_unavailable() is not None,
+                                 reason=f"emulated cluster unavailable: {emulator_unavailable()}")

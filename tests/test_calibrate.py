@@ -15,17 +15,9 @@ import pytest
 
 from src.launch import calibrate, paper_link
 from src.launch.calibrate import CalibrationError, Point, fit, paper_share, setting, solve
-from src.launch.netns import EmulatorUnavailable, check_prerequisites
+from harness_util import needs_netns
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _unavailable() -> str | None:
-    try:
-        check_prerequisites()
-    except EmulatorUnavailable as exc:
-        return str(exc)
-    return None
 
 
 def test_the_shares_are_table_a1s():
@@ -91,7 +83,7 @@ def test_paper_ethernet_started_without_its_link_stops_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_unavailable() is not None, reason=f"emulated cluster unavailable: {_unavailable()}")
+@needs_netns
 def test_calibration_gives_the_requested_share_on_the_emulated_cluster(demo_tokens, tmp_path):
     job = ["+exp=demo", f"data.dir={demo_tokens}"]
     path, record = calibrate.cached_or_calibrate("paper_ethernet", job, 2, 1, where=tmp_path / "cache")

@@ -22,6 +22,7 @@ import pytest
 from src.dist import threads as rank_threads
 from src.launch import cluster as topo
 from src.launch import cores, emulate
+from harness_util import needs_netns
 from src.launch.netns import (EmulatorUnavailable, LinkSpec, check_prerequisites, format_rate, list_namespaces,
                               lock_path, parse_rate, release_lock, root_links, run_cmd)
 
@@ -29,15 +30,6 @@ REPO = Path(__file__).resolve().parents[1]
 BYSTANDER = f"lcubtest-bystander-{os.getpid()}"   # an unrelated namespace that looks a bit like ours
 
 
-def _unavailable() -> str | None:
-    try:
-        check_prerequisites()
-    except EmulatorUnavailable as exc:
-        return str(exc)
-    return None
-
-
-needs_netns = pytest.mark.skipif(_unavailable() is not None, reason=f"emulated cluster unavailable: {_unavailable()}")
 
 
 def launch(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
