@@ -115,6 +115,7 @@ def run_and_resume(variant: str, demo_tokens: Path, tmp_path: Path, *extra: str)
     check(resumed_reports, variant)
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_lion32_whole_run_within_budget(demo_tokens, tmp_path):
     run_and_resume("lion32", demo_tokens, tmp_path)
 

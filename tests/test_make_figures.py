@@ -35,6 +35,7 @@ def tiny_manifest(tmp_path: Path, data_dir: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_make_figures_on_a_subset(demo_tokens, tmp_path):
     manifest = tiny_manifest(tmp_path, demo_tokens)
     runs, out = tmp_path / "runs", tmp_path / "figures"

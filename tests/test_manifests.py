@@ -43,7 +43,7 @@ def test_one_manifest_per_figure_and_table():
     assert set(manifest_names()) == EXPECTED
 
 
-@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("scale", [pytest.param(s, marks=pytest.mark.slow) if s == "tiny" else s for s in SCALES])
 def test_every_run_composes(scale):
     composed: dict[tuple, object] = {}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
@@ -78,6 +78,7 @@ def test_laptop_cost_and_sharing(scale):
     assert sum(s.minutes for s in distinct.values()) < 60
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_laptop_token_budget_fits_inside_the_corpus():
     """Every laptop GPT run draws at most as many training tokens (steps x ranks x batch x block, from its resolved
     config) as the laptop corpus guarantees, in the corpus's compact vocabulary: no token is seen twice in

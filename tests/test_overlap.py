@@ -118,6 +118,7 @@ def test_overlap_refuses_a_reducer_that_reduces_in_one_call():
         validate_variant(variant, world_size=2)
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_overlapped_run_resumed_equals_uninterrupted_synchronous_run(demo_tokens, tmp_path, tmp_path_factory):
     ref = reference("cub4_chunked", demo_tokens, tmp_path_factory)
     interrupt_and_resume("cub4_overlap", demo_tokens, tmp_path / "run")

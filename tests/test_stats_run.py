@@ -48,6 +48,7 @@ def same(a, b) -> bool:
     return b == pytest.approx(a)
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_two_rank_preset_run_logs_statistics_to_metrics_and_wandb(demo_tokens, tmp_path):
     run_dir = tmp_path / "run"
     args = ["+exp=gpt774m_stats", "model=gpt_tiny", "data=demo_text", f"data.dir={demo_tokens}", "network=local",

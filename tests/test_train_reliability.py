@@ -126,6 +126,7 @@ def test_resumed_run_equals_uninterrupted_bitwise(variant, demo_tokens, tmp_path
     assert summary["resumed_from"].endswith("step_00000008") and summary["ranks_in_sync"] is True
 
 
+@pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores
 def test_sigkilled_rank_is_recovered_by_torchrun_restart(demo_tokens, tmp_path, tmp_path_factory):
     ref = reference("lion32", demo_tokens, tmp_path_factory)
     run_dir = tmp_path / "run"

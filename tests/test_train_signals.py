@@ -10,6 +10,7 @@ The uninterrupted reference is test_train_reliability's (12 steps of GPT-2++ tin
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -86,6 +87,10 @@ def test_sigterm_to_one_rank_checkpoints_and_the_printed_command_resumes_bitwise
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_same_run(run_dir, ref)
     _check_wandb_history(run_dir)
+    # The warm-up (train.timing_skip=2 steps) ran before the interruption; the resumed run's summary still has it.
+    warm = [r["warmup_time"] for r in rows(run_dir) if "warmup_time" in r]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(warm) >= 2 and summary["warmup_time"] == pytest.approx(warm[-1]) and summary["warmup_time"] > 0
 
 
 def _check_wandb_history(run_dir: Path) -> None:

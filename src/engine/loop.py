@@ -13,7 +13,8 @@ Warm-up: the first `train.timing_skip` steps compile the reducers' kernels (torc
 run's first step) and warm the allocator and communicator; they are the steps the timing tables leave out. The
 clock of `train_time` starts after them: their rows carry `train_time` 0 and `warmup_time` (their summed step
 time, also in the summary), so a loss-vs-time curve compares training speed, not compile time. A run resumed from a
-checkpoint compiles again in its first steps after the checkpoint; that time counts in `train_time`.
+checkpoint compiles again in its first steps after the checkpoint; that time counts in `train_time` (the
+checkpoint carries the warm-up time of the first run, so the summary's `warmup_time` is the whole run's).
 
 Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
@@ -143,7 +144,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
     per_step, progress = task.units_per_step(), hooks.progress
     warmup = int(cfg.train.get("timing_skip") or 0)
     bar = StepProgress(total_steps, progress.step, ctx.is_main and cfg.train.progress, cfg.train.log_every_s)
-    result = LoopResult(steps=progress.step, train_time=progress.train_time)
+    result = LoopResult(steps=progress.step, train_time=progress.train_time, warmup_time=progress.warmup_time)
     start = time.perf_counter() - progress.wall_time
     model.train()
     if cfg.train.eval_at_start and progress.step == 0:
@@ -169,6 +170,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg:
             _log(pending.complete(wait=hooks.saves_at(step)), result, sinks, warmup)  # a checkpoint records train_time
             result.steps, result.last_loss = step, row["loss"]
             progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
+            progress.warmup_time = result.warmup_time
             bar.update(step, row)
             if hooks.end(step):  # every rank agreed to stop on a signal; the checkpoint of this step is written
                 break

@@ -39,6 +39,7 @@ class Progress:
     skipped_steps: int = 0
     train_time: float = 0.0
     wall_time: float = 0.0
+    warmup_time: float = 0.0  # the first `train.timing_skip` steps' time, kept out of train_time
 
 
 def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
