@@ -17,9 +17,10 @@ The speedup of a variant is Lion 32-bit's training time over its own, for the sa
 (start-up, compile, evaluations) is reported beside it.
 
 Length on the paper link: Lion 32-bit's step there is about five times its compute, by construction. The demo
-trains the preset's steps unless the calibration's measured Lion 32-bit step says that the four
-variants would not fit `--budget-min` (9.25 minutes, so that `make demo` with its corpus check stays under 10, with `OVERHEAD_S` per variant for start-up, compile and
-evaluation); then it trains as many steps as fit and says so. A `train.steps=` override is always kept.
+trains the preset's steps unless the calibration's measured Lion 32-bit step says that the four variants would not
+fit `--budget-min` (9.25 minutes, so that `make demo` with its corpus check stays under 10; `OVERHEAD_S` per
+variant for start-up, compile and evaluation); then it trains as many steps as fit and says so. A `train.steps=`
+override is always kept.
 `--preset demo` runs the old tiny scale (GPT-2++ tiny on the demo corpus) instead.
 """
 from __future__ import annotations
