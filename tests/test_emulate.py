@@ -47,6 +47,7 @@ def assert_gone(run_id: str) -> None:
     assert not [n for n in list_namespaces() if n.startswith(f"lcub-{run_id}-")]
     assert not [link for link in root_links() if link.startswith(f"lcub{run_id}")]
     assert not lock_path(run_id).exists()
+    assert not list(Path("/etc/netns").glob(f"lcub-{run_id}-*"))  # the hosts files went with the namespaces
 
 
 @pytest.fixture()
@@ -176,6 +177,7 @@ def test_gloo_allreduce_crosses_the_cluster_and_teardown_is_complete(bystander):
     assert sorted((h, r) for h, r, _ in lines) == [("0", "0"), ("1", "1")], out
     for _, _, sent in lines:  # a 2-rank ring allreduce sends the whole buffer once over each host's link
         assert int(sent) >= 4 * numel, out
+    assert "cannot be retrieved" not in out  # every host resolves the others' names (c10d's peer lookups)
     assert_gone(run_id_of(out))
 
 

@@ -2,18 +2,39 @@
 
 `create_cluster(nodes, link)` makes a switch namespace with a bridge and `nodes` host namespaces, each joined to
 the bridge by a veth pair with a token-bucket filter on both ends (see `src.launch.netns` for the topology and
-names). If any step fails, whatever was already made is removed before the error propagates. `teardown(cluster)`
-kills what still runs inside the namespaces, deletes the links (their qdiscs go with them), the bridge and the
-namespaces, and releases the run's lock; it never touches an object without the run's prefix and id.
+names), and gives each host an /etc/hosts naming all of them (/etc/netns/<namespace>/hosts, which `ip netns
+exec` binds over /etc). If any step fails, whatever was already made is removed before the error propagates.
+`teardown(cluster)` kills what still runs inside the namespaces, deletes the links (their qdiscs go with them), the
+bridge, the namespaces and their /etc/netns folders, and releases the run's lock; it never touches an object
+without the run's prefix and id.
 `cleanup_leftovers()` does the same for runs whose owner died (their lock is free) and leaves live runs alone.
 """
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 from src.launch.netns import (MAX_NODES, NS_PATTERN, PREFIX, SUBNET, Cluster, Host, LinkSpec, NetnsError,
                               format_rate, kill_namespace_processes, list_namespaces, live_run_ids, lock_path,
                               new_run_id, release_lock, run_cmd, try_lock)
+
+
+# `ip netns exec NAME` binds the files of /etc/netns/NAME over /etc: a hosts file there lets every host resolve the
+# others' addresses (gloo's TCP store looks up its peers' names and warns on every connection when it cannot).
+ETC_NETNS = Path("/etc/netns")
+
+
+def _write_hosts_files(cluster: Cluster) -> None:
+    """Each host's /etc/hosts names every host (skipped where /etc cannot be written: only the warnings remain)."""
+    lines = ["127.0.0.1 localhost", "::1 localhost", *(f"{h.address} {h.netns}" for h in cluster.hosts),
+             *(f"::ffff:{h.address} {h.netns}" for h in cluster.hosts)]  # as a dual-stack socket sees a peer
+    for host in cluster.hosts:
+        try:
+            (ETC_NETNS / host.netns).mkdir(parents=True, exist_ok=True)
+            (ETC_NETNS / host.netns / "hosts").write_text("\n".join(lines) + "\n")
+        except OSError:
+            return
 
 
 def _host_names(run_id: str, index: int) -> tuple[str, str, str]:
@@ -72,6 +93,7 @@ def build(cluster: Cluster, nodes: int) -> None:
     run_cmd(["ip", "-n", cluster.switch_ns, "link", "set", cluster.bridge, "up"])
     for index in range(nodes):
         cluster.hosts.append(_add_host(cluster, index))
+    _write_hosts_files(cluster)
 
 
 def create_cluster(nodes: int, link: LinkSpec) -> Cluster:
@@ -103,6 +125,7 @@ def teardown(cluster: Cluster) -> list[str]:
             run_cmd(["ip", "-n", sw, "link", "del", _host_names(cluster.run_id, index)[2]], check=False)
         run_cmd(["ip", "-n", sw, "link", "del", cluster.bridge], check=False)
     for netns in reversed(cluster.namespaces):
+        shutil.rmtree(ETC_NETNS / netns, ignore_errors=True)
         proc = run_cmd(["ip", "netns", "del", netns], check=False)
         if proc.returncode != 0 and netns in list_namespaces():
             problems.append(f"could not delete namespace {netns}: {proc.stderr.strip()}")
