@@ -44,6 +44,7 @@ from torch.utils._pytree import tree_flatten
 
 REPO = Path(__file__).resolve().parents[1]
 _TORCH_DISTRIBUTED = Path(dist.__file__).parent
+_LOOP_FOLLOW = REPO / "src" / "bench" / "gpu_check" / "loop_follow.py"  # the counter's wrappers, not code counted
 _SCALAR_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__float__,
                  torch.Tensor.__int__, torch.Tensor.__index__, torch.Tensor.numpy, torch.Tensor.__format__,
                  torch.Tensor.__repr__}
@@ -86,12 +87,13 @@ def _in_place(func, kwargs) -> bool:
 
 
 def repo_site() -> tuple[str, str, int] | None:
-    """(path relative to the repository, function, line) of the innermost frame of the repository's code (tests
-    excluded): where a synchronisation or a hand-off happens."""
+    """(path relative to the repository, function, line) of the innermost frame of the repository's code (tests and
+    the wrappers of `_LOOP_FOLLOW` excluded): where a synchronisation or a hand-off happens."""
     frame = sys._getframe(1)
     while frame is not None:
         path = Path(frame.f_code.co_filename)
-        if path.is_absolute() and REPO in path.parents and path.parts[len(REPO.parts)] != "tests":
+        if (path.is_absolute() and REPO in path.parents and path.parts[len(REPO.parts)] != "tests"
+                and path != _LOOP_FOLLOW):
             return str(path.relative_to(REPO)), frame.f_code.co_name, frame.f_lineno
         frame = frame.f_back
     return None

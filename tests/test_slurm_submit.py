@@ -172,42 +172,22 @@ def test_readme_shows_the_current_dry_run(tmp_path):
 
 
 def test_manifest_runs_go_through_contract_5(monkeypatch, capsys, tmp_path):
-    """The adapter over `experiments.manifest.load_manifest` (contract 5), with a module of that shape standing in
-    until issue 8's lands: names, overrides, nodes and processes of the manifest's runs reach the scripts."""
-    import types
-    from dataclasses import dataclass, field
+    """The adapter over `experiments.manifest.load_manifest` (contract 5), with its own `Manifest` and `RunSpec`
+    and a stand-in manifest: names, overrides, nodes and processes of the manifest's runs reach the scripts."""
+    import experiments.manifest as manifests
+    from experiments.manifest import Manifest, ManifestError, RunSpec as Run
 
     from slurm.submit import main
-
-    @dataclass
-    class Run:
-        name: str
-        overrides: list[str]
-        nodes: int = 1
-        nproc_per_node: int = 2
-        launcher: str = "torchrun"
-
-    @dataclass
-    class Manifest:
-        name: str
-        figure: str
-        scale: str
-        analysis: str
-        runs: list[Run] = field(default_factory=list)
-
-    class ManifestError(ValueError):
-        pass
 
     def load_manifest(name_or_path, scale):
         if name_or_path != "fig5":
             raise ManifestError(f"no experiments/{name_or_path}.yaml")
         return Manifest("fig5", "Fig. 5", scale, "analysis.fig5",
-                        [Run("cub4", ["+exp=demo", "variant=cub4"]), Run("lion32", ["+exp=demo", "variant=lion32"]),
-                         Run("cub4_2n", ["+exp=demo", "variant=cub4"], nodes=2)])
+                        [Run("cub4", ["+exp=demo", "variant=cub4"], nproc_per_node=2),
+                         Run("lion32", ["+exp=demo", "variant=lion32"], nproc_per_node=2),
+                         Run("cub4_2n", ["+exp=demo", "variant=cub4"], nodes=2, nproc_per_node=2)])
 
-    module = types.ModuleType("experiments.manifest")
-    module.load_manifest, module.ManifestError = load_manifest, ManifestError
-    monkeypatch.setitem(sys.modules, "experiments.manifest", module)
+    monkeypatch.setattr(manifests, "load_manifest", load_manifest)
     assert main(["fig5", "--scale", "laptop", "train.steps=7", "--profile", "local", "--dry-run",
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -12,7 +12,6 @@ large enough for a few windows.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import platform
 import re
@@ -20,6 +19,7 @@ import sys
 from pathlib import Path
 
 from .errors import DataError
+from .prepare_cli import corpus_main
 from .prepare_text import prepare_text
 from .token_meta import SPLITS, check_split_file, read_meta
 
@@ -86,20 +86,14 @@ def prepare_demo_text(out_dir: str | Path, bpe_file: str | Path | None = None, f
                         progress=progress, extra_meta=expected)
 
 
+def _summary(meta: dict) -> str:
+    return (f"{meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens ({meta['n_documents']} documents of "
+            f"{DEMO_CORPUS_NAME}, Python {meta['python_version']})")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m src.data.demo_corpus", description="Prepare the offline demo corpus.")
-    p.add_argument("--out", required=True, help="output folder (train.bin, val.bin, meta.json, corpus/)")
-    p.add_argument("--bpe-file", default=None)
-    p.add_argument("--force", action="store_true", help="re-prepare even when the folder is up to date")
-    args = p.parse_args(argv)
-    try:
-        meta = prepare_demo_text(args.out, bpe_file=args.bpe_file, force=args.force, progress=True)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.out}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens "
-          f"({meta['n_documents']} documents of {DEMO_CORPUS_NAME}, Python {meta['python_version']})")
-    return 0
+    return corpus_main(argv, "python -m src.data.demo_corpus", "Prepare the offline demo corpus.",
+                       "output folder (train.bin, val.bin, meta.json, corpus/)", prepare_demo_text, _summary)
 
 
 if __name__ == "__main__":

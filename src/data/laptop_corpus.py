@@ -26,7 +26,6 @@ the Python and PyTorch versions; meta.json has it), so losses are not comparable
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import os
@@ -42,6 +41,7 @@ import numpy as np
 
 from .compact_vocab import CompactVocab, choose_tokens
 from .errors import DataError
+from .prepare_cli import corpus_main
 from .prepare_text import TOKEN_DTYPE, commit_splits, prepare_text
 from .token_meta import META_FILE, SPLITS, bin_path, check_split_file, read_meta, write_meta
 from .tokenizer import GPT2_VOCAB_SIZE
@@ -195,21 +195,15 @@ def prepare_laptop_text(out_dir: str | Path, bpe_file: str | Path | None = None,
     return meta
 
 
+def _summary(meta: dict) -> str:
+    return (f"{meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens ({meta['n_documents']} documents), "
+            f"compact vocabulary {meta['vocab_size']} ids (<unk> {100 * meta['train_unk_fraction']:.1f} % of training "
+            f"tokens, rarest kept token seen {meta['min_count']} times)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m src.data.laptop_corpus", description="Prepare the laptop corpus.")
-    p.add_argument("--out", required=True, help="output folder (train.bin, val.bin, meta.json, gpt2/, corpus/)")
-    p.add_argument("--bpe-file", default=None)
-    p.add_argument("--force", action="store_true", help="re-prepare even when the folder is up to date")
-    args = p.parse_args(argv)
-    try:
-        meta = prepare_laptop_text(args.out, bpe_file=args.bpe_file, force=args.force, progress=True)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"{args.out}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens ({meta['n_documents']} "
-          f"documents), compact vocabulary {meta['vocab_size']} ids (<unk> {100 * meta['train_unk_fraction']:.1f} % "
-          f"of training tokens, rarest kept token seen {meta['min_count']} times)")
-    return 0
+    return corpus_main(argv, "python -m src.data.laptop_corpus", "Prepare the laptop corpus.",
+                       "output folder (train.bin, val.bin, meta.json, gpt2/, corpus/)", prepare_laptop_text, _summary)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .errors import DataError
+from .prepare_cli import report
 from .text_sources import open_source
 from .token_meta import FORMAT_VERSION, META_FILE, SPLITS, bin_path, write_meta
 from .tokenizer import EOT_TOKEN, GPT2_VOCAB_SIZE, TOKENIZER_NAME, find_gpt2_bpe_file, gpt2_encoding
@@ -170,16 +171,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    try:
-        meta = prepare_text(args.source, args.out, val_fraction=args.val_fraction, text_column=args.text_column,
-                            num_proc=args.num_proc, bpe_file=args.bpe_file, limit_docs=args.limit_docs,
-                            seed=args.seed)
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(f"wrote {args.out}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens from "
-          f"{meta['n_documents']:,} documents in {meta['prepare_seconds']:.1f} s")
-    return 0
+    return report(lambda: prepare_text(args.source, args.out, val_fraction=args.val_fraction,
+                                       text_column=args.text_column, num_proc=args.num_proc, bpe_file=args.bpe_file,
+                                       limit_docs=args.limit_docs, seed=args.seed),
+                  lambda meta: f"wrote {args.out}: {meta['train_tokens']:,} train / {meta['val_tokens']:,} val tokens "
+                               f"from {meta['n_documents']:,} documents in {meta['prepare_seconds']:.1f} s")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ torchrun launcher itself is left alone) this module, before `src.train` runs:
 - enters a `HostMonitor` and wraps torch.distributed's collectives (`watch_collectives`);
 - gives every `PhaseTimer` the CUDA-event clock with `SimulatedEvent`s, so the timer runs its GPU logic;
 - marks what `torch.load(map_location="cpu")` returns as held on the host (as it is on a GPU run);
-- follows the loop: the step in progress (`StepHooks.begin`), and what runs inside it (evaluation, replica guard,
-  checkpoint, resume, the non-finite report), so each synchronisation is attributed to a step and a context;
+- follows the loop (src/bench/gpu_check/loop_follow.py, as the GPU check's counter does): the step in progress
+  (`StepHooks.begin`), and what runs inside it (evaluation, replica guard, checkpoint, resume, the non-finite
+  report, timings read for a checkpoint), so each synchronisation is attributed to a step and a context;
 - writes `<LIONCUB_GPU_DOUBLE>/rank<R>.json` at exit: every counted synchronisation with its step, context and
   source line, the violations, the tensors each collective received, and calls inside CPU-only branches.
 
@@ -30,42 +31,23 @@ CPU_ONLY = (("src/comm/packing.py", "pack"), ("src/comm/packing.py", "unpack"))
 _KEEP: list = []
 
 
-def _within(monitor, label: str, fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        monitor.context.append(label)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            monitor.context.pop()
-    return wrapper
-
-
 def _install(out: Path) -> None:
     sys.path[:0] = [str(_REPO), str(_REPO / "tests")]
     import torch
-    import torch.distributed as dist
     from device_double import HostMonitor, SimulatedEvent, watch_collectives
 
     monitor, counts = HostMonitor(cpu_only=CPU_ONLY), {}
     _KEEP.append(watch_collectives(monitor, counts))  # held for the whole process: never exited; entered before
     _KEEP[-1].__enter__()                              # src is imported, so names bound at import see the wrappers
 
-    import src.engine.loop as loop
-    import src.engine.step_stats as step_stats
-    import src.reliability.hooks as hooks
-    import src.reliability.train_state as train_state
     import src.utils.timing as timing
+    from src.bench.gpu_check.loop_follow import CONTEXTS, follow_loop
 
     if hasattr(timing, "clock_for"):
         timing.clock_for = lambda device: timing.EventClock(device, new_event=lambda: SimulatedEvent(monitor),
                                                             stream=lambda: None)
     else:  # a tree from before the event timer (to count "before"): it synchronised at every phase boundary on CUDA
         timing.PhaseTimer._sync = lambda self: monitor.count_sync("torch.cuda.synchronize")
-    if hasattr(step_stats, "PendingRows"):  # reading the timings at once, for a checkpoint or at the end
-        complete = step_stats.PendingRows.complete
-        step_stats.PendingRows.complete = lambda self, wait=False: (
-            _within(monitor, "timings read for a checkpoint", complete) if wait else complete)(self, wait)
     real_load = torch.load
 
     @functools.wraps(real_load)
@@ -76,26 +58,10 @@ def _install(out: Path) -> None:
         return obj
 
     torch.load = load
-    for module, name, label in ((loop, "_evaluate", "evaluate"), (hooks, "check_replicas", "guard"),
-                                (train_state, "save", "checkpoint"), (train_state, "restore", "resume"),
-                                (hooks, "gather_objects", "non-finite report")):
-        setattr(module, name, _within(monitor, label, getattr(module, name)))
-    for name in ("all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list"):
-        setattr(dist, name, _within(monitor, "object collective", getattr(dist, name)))
-    real_begin, real_train = hooks.StepHooks.begin, loop.train
-
-    def begin(self, step):
-        monitor.step = step
-        return real_begin(self, step)
-
-    @functools.wraps(real_train)
-    def train(*args, **kwargs):
-        try:
-            return real_train(*args, **kwargs)
-        finally:
-            monitor.step = None
-
-    hooks.StepHooks.begin, loop.train = begin, train
+    followed = follow_loop(monitor)  # a checkpoint's reading of the timings too, where the tree has it
+    needed = [f"{module}.{name}" for module, name, _ in CONTEXTS] + ["src.reliability.hooks.StepHooks.begin"]
+    if missing := [name for name in needed if name not in followed]:
+        raise RuntimeError(f"the double cannot follow {', '.join(missing)}")
 
     def report() -> None:
         rank = os.environ.get("RANK", "0")

@@ -134,6 +134,14 @@ class Runs:
     def _run(self, name: str, args: list[str], sync: Path | None = None, ranks: int | None = None):
         return torchrun(args, ranks or self.ranks, self.workdir / "logs" / f"{name}.log", sync, self.timeout)
 
+    def _fresh_cub4(self, name: str, *overrides: str) -> tuple[Path, int, str]:
+        """(run folder, exit status, output) of a cub4 run on the device in an emptied runs/<name>."""
+        run_dir = self.workdir / "runs" / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        code, out = self._run(name, [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
+                                     f"run.dir={run_dir}", *overrides])
+        return run_dir, code, out
+
     def variant(self, variant: str) -> list[tuple[str, bool, str]]:
         run_dir = self.workdir / "runs" / variant
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -167,14 +175,12 @@ class Runs:
         return checks
 
     def determinism(self) -> list[tuple[str, bool, str]]:
-        dirs = [self.workdir / "runs" / f"cub4_twice_{i}" for i in (1, 2)]
-        for i, run_dir in enumerate(dirs):
-            shutil.rmtree(run_dir, ignore_errors=True)
-            code, out = self._run(f"cub4_twice_{i + 1}", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
-                                                         f"run.dir={run_dir}"])
+        dirs = []
+        for i in (1, 2):
+            run_dir, code, out = self._fresh_cub4(f"cub4_twice_{i}")
             if code != 0:
-                return [("cub4: two uninterrupted runs agree bitwise", False,
-                         f"run {i + 1}: exit {code}: {_tail(out)}")]
+                return [("cub4: two uninterrupted runs agree bitwise", False, f"run {i}: exit {code}: {_tail(out)}")]
+            dirs.append(run_dir)
         differs = same_run(dirs[1], dirs[0])
         return [("cub4: two uninterrupted runs agree bitwise (the device is deterministic for this model)",
                  not differs, differs or "same rows and final checkpoint")]
@@ -197,12 +203,8 @@ class Runs:
                  f"exit {code}, rows of steps {steps}" + ("" if ok else f": {_tail(out)}"))]
 
     def nonfinite_stop(self) -> list[tuple[str, bool, str]]:
-        run_dir = self.workdir / "runs" / "nonfinite_stop"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        code, out = self._run("nonfinite_stop", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
-                                                 f"run.dir={run_dir}",
-                                                 f"fault.nan_rank={self.ranks - 1}", "fault.nan_at_step=3",
-                                                 "nonfinite.policy=stop", "checkpoint.every=0"])
+        run_dir, code, out = self._fresh_cub4("nonfinite_stop", f"fault.nan_rank={self.ranks - 1}",
+                                              "fault.nan_at_step=3", "nonfinite.policy=stop", "checkpoint.every=0")
         saved = sorted(p.name for p in (run_dir / "checkpoints").glob("step_*"))
         ok = ("exitcode  : 3" in out and "non-finite loss or gradient at step 3" in out
               and saved[-1:] == ["step_00000002"])
@@ -210,11 +212,7 @@ class Runs:
                  f"exit {code}, checkpoints {saved}" + ("" if ok else f": {_tail(out)}"))]
 
     def perturbed_replica(self) -> list[tuple[str, bool, str]]:
-        run_dir = self.workdir / "runs" / "perturbed"
-        shutil.rmtree(run_dir, ignore_errors=True)
-        code, out = self._run("perturbed", [*VARIANTS["cub4"], *self.device_args, *common(self.data_dir),
-                                            f"run.dir={run_dir}",
-                                            "fault.perturb_rank=1", "fault.perturb_at_step=3"])
+        _, code, out = self._fresh_cub4("perturbed", "fault.perturb_rank=1", "fault.perturb_at_step=3")
         ok = "replicas diverged at step" in out and "exitcode  : 3" in out
         return [("the replica guard stops a rank perturbed by one ulp", ok,
                  f"exit {code}" + ("" if ok else f": {_tail(out)}"))]
