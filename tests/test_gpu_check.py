@@ -218,13 +218,14 @@ def test_section_runner_records_a_section_and_stops_one_at_its_budget(tmp_path):
 @pytest.mark.slow
 def test_training_jobs_on_the_cpu(demo_tokens, tmp_path):
     """The training section's jobs, run as on the GPU but with device=cpu network=local: a variant's run with the
-    NaN skip, its resume equal to the uninterrupted run, and nonfinite.policy=stop; the synchronisation counter
+    NaN skip, its resume equal to the uninterrupted run, nonfinite.policy=stop, and two fresh runs equal bitwise
+(checkpoints included, whose RNG states are seeded); the synchronisation counter
     installs in the workers and follows every loop function it names (without CUDA it counts nothing)."""
     from src.bench.gpu_check.training import Runs
 
     runs = Runs(tmp_path, demo_tokens, 1, 600, device_args=["device=cpu", "network=local"])
-    checks = runs.variant("lion32") + runs.nonfinite_stop()
-    assert len(checks) == 6 and all(ok for _, ok, _ in checks), checks
+    checks = runs.variant("lion32") + runs.nonfinite_stop() + runs.determinism()
+    assert len(checks) == 7 and all(ok for _, ok, _ in checks), checks
     report = json.loads((tmp_path / "syncs" / "lion32" / "rank0.json").read_text())
     assert report["error"] is None and report["cuda_sync_debug"] is False and report["syncs"] == []
     assert report["hooks"] == ["src.engine.loop._evaluate", "src.reliability.hooks.check_replicas",

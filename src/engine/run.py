@@ -71,6 +71,7 @@ from src.reliability.resume import (
     find_resume_point,
     reuses_run_dir,
 )
+from src.reliability.rng import seed_host_rngs
 from src.reliability.signals import StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
@@ -316,6 +317,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         model = task.build_model(ctx.device).to(ctx.device)
         broadcast_parameters(model)
         torch.manual_seed(int(cfg.seed) + ctx.rank)  # per-rank randomness (augmentation) from here on
+        seed_host_rngs(int(cfg.seed) + ctx.rank)
         o = cfg.optim
         # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
         network = broadcast_object(network_costs(cfg.network)) if is_auto(cfg.variant) else None

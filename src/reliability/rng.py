@@ -18,6 +18,13 @@ import numpy as np
 import torch
 
 
+def seed_host_rngs(seed: int) -> None:
+    """Seed Python's and NumPy's generators, whose states a checkpoint records beside torch's: two runs of one
+    config then write equal checkpoints (no training code draws from them today)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
 def capture_rng_state() -> dict:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():

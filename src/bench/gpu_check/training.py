@@ -41,7 +41,7 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER
                  "TORCHELASTIC_RESTART_COUNT")
 HOOK = Path(__file__).resolve().parent / "synchook"
 GPU = ["device=cuda", "network=infiniband"]
-WALL_CLOCK = ("train_time", "wall_time")  # a checkpoint's progress in seconds: never the same twice
+WALL_CLOCK = ("train_time", "wall_time", "warmup_time")  # a checkpoint's progress in seconds: never the same twice
 
 
 def common(data_dir: Path) -> list[str]:
