@@ -160,20 +160,20 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     ctx = describe(job.device, job.network)
     checked = check_run(cfg, job, ctx)
     task, steps, meta_model = checked.task, checked.steps, checked.meta_model
-    point = find_resume_point(cfg, ctx.rank, ctx.world_size)
+    point = find_resume_point(job, ctx.rank, ctx.world_size)
     if point is not None:
         check_compatible(point, cfg, meta_model, steps)
-    run_dir = _plan_run_dir(cfg, choices, point) if ctx.is_main else None
+    run_dir = _plan_run_dir(job, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(job, ctx, task, steps, checked.schedule, run_dir, default_name(cfg, choices), point, restart)
+    return Plan(job, ctx, task, steps, checked.schedule, run_dir, default_name(job, choices), point, restart)
 
 
-def _plan_run_dir(cfg: DictConfig, choices: dict, point: ResumePoint | None) -> Path:
+def _plan_run_dir(cfg: Config, choices: dict, point: ResumePoint | None) -> Path:
     if point is None:
         return plan_run_dir(cfg, choices, reuse=reuses_run_dir(cfg))
     if point.mode != "branch":
         return point.run_dir
-    if cfg.run.get("dir"):
+    if cfg.run.dir:
         return plan_run_dir(cfg, choices)
     base, n = point.run_dir.with_name(f"{point.run_dir.name}-from-step{point.checkpoint.step}"), 1
     while with_suffix(base, n).exists():
@@ -187,7 +187,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 def _open_run_dir(cfg: DictConfig, plan: Plan) -> tuple[Path, str]:
     """Rank 0: claim, branch into or reuse the run folder, saying what happens; returns it and the attempt kind."""
-    point, path, explicit = plan.resume, plan.run_dir, bool(cfg.run.get("dir"))
+    point, path, explicit = plan.resume, plan.run_dir, bool(plan.job.run.dir)
     if plan.restart:  # resume=auto found its folder without a checkpoint before anything started
         dropped = history.drop_rows_after(path, -1)
         print(f"lioncub: resume=auto: no checkpoint in {path}; training again from step 0 in it ({dropped} rows "
