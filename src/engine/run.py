@@ -1,10 +1,11 @@
 """One training run from a composed config: check everything, then start the group, train and summarise.
 
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
-Section 7 setups): the typed schema of the whole config (src.engine.schema: types, ranges, unknown keys), the
-launch and device (src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
-world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
-reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
+Section 7 setups): the parse of the whole config into its typed sections (src.engine.schema.parse_config:
+types, ranges, choices, unknown and missing keys; the rest of the run reads those sections), the launch and device
+(src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
+world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the fault
+injection against the world size, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
 (src.reliability.resume). The data is opened before the model is checked against it, so missing data is reported
 first. `check_run()` is the part that takes the launch as given (a `DistContext`): src.engine.job_check runs it for
 rank 0 of a Slurm job before submitting. `paper_size_note()` is the line rank 0 prints when a paper preset runs at a

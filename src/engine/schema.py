@@ -1,14 +1,17 @@
-"""The typed schema of lioncub's configuration (conf/), checked before anything starts (Lion Cub, Section 7 setups).
+"""The typed configuration of lioncub (conf/), checked and built once before anything starts (Lion Cub, Section 7).
 
 Every key of the composed config has a type and, where it matters, a range or a list of choices; `check_config`
 reports every problem at once, one line each (key, value, what is allowed), as a SetupError, before any process
-group or run folder exists. `model.params` is checked against its kind's schema and `data` against its kind's;
-a model paired with the wrong data kind is reported alone (the other problems would follow from it).
+group or run folder exists, and `parse_config` then builds the typed `Config`, whose sections the components
+receive instead of the config (docs/architecture.md, "Configuration"): `variant` (src.optim.variant), `network`
+(src.comm.network), the reliability sections (src.reliability.config), `logger` (src.runlog.sinks); `train`,
+`optim` and `run` are the engine's own, here. No section has defaults: every value comes from the YAML.
+`model.params` is checked against its kind's schema and `data` against its kind's; a model paired with the wrong
+data kind is reported alone (the other problems would follow from it).
 
 Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
-`network.env` (environment variables), `variant.reducer` and `variant.momentum_sync` (checked by
-`src.optim.factory.validate_variant`, which names the valid options; it also checks the combinations of the
-baselines' keys), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
+`network.env` (environment variables), `variant.reducer` (checked by src.comm.make_reducer, which names the valid
+options), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
 src.comm.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
