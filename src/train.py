@@ -103,7 +103,7 @@ def main(cfg: DictConfig) -> None:
                     f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}")
             print(line, flush=True)
             record_exit(line, EXIT_INTERRUPTED)
-            if cfg.run.get("sweep"):
+            if plan.job.run.sweep:
                 print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
                       f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
         sys.exit(EXIT_INTERRUPTED)

@@ -135,7 +135,7 @@ def test_onebit_adam_refuses_a_compression_stage_without_warmup():
 def _run_adamw(steps: int):
     rank = tdist.get_rank()
     params = [nn.Parameter(t) for t in init_params()]
-    opt = GradAllreduceAdamW(param_groups(params), lr=LR, betas=BETAS, weight_decay=WD)
+    opt = GradAllreduceAdamW(param_groups(params), lr=LR, betas=BETAS, weight_decay=WD, comm_dtype="fp32")
     for step in range(1, steps + 1):
         for p, g in zip(params, dyadic_grads(rank, step)):
             p.grad = g
@@ -177,7 +177,7 @@ def test_bitdp_compresses_linear_weights_only():
     model = Tiny()
     named = {id(p): n for n, p in model.named_parameters()}
     params = [p for g in parameter_groups(model, WD) for p in g["params"]]
-    rows = {named[id(p)]: r for p, r in zip(params, compressed_rows(model, params))}
+    rows = {named[id(p)]: r for p, r in zip(params, compressed_rows(model, params, "all"))}
     assert rows == {"embed.weight": 0, "attn.weight": 8, "mlp.weight": 6, "attn.bias": 0, "norm.weight": 0,
                     "norm.bias": 0}  # the head is the embedding: full precision
     rows = dict(zip([named[id(p)] for p in params], compressed_rows(model, params, "mlp")))
@@ -250,7 +250,7 @@ def _run_ddp_and_flat_lion(steps: int):
     a, b = make(), make()
     ddp = nn.parallel.DistributedDataParallel(a)
     opt_a = Lion(a.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=WD)
-    opt_b = GradAllreduceLion(b.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=WD)
+    opt_b = GradAllreduceLion(b.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=WD, comm_dtype="fp32")
     out = []
     for step in range(steps):
         g = torch.Generator().manual_seed(100 * step + rank)

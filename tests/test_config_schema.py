@@ -15,7 +15,7 @@ import pytest
 from harness_util import REPO, TORCHRUN_VARS, cfg_with
 
 from src.engine.schema import config_problems
-from src.engine.typecheck import Doc, OneOf, Range, describe
+from src.utils.typecheck import Doc, OneOf, Range, describe
 
 BAD = {  # the values of issue 9, and the line that must name each
     "optim.clip=-1": "optim.clip=-1: must be a number >= 0 (0 or null: no clipping)",

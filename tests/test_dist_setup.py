@@ -1,15 +1,19 @@
 """src/dist/process_group.py: launch environment, device/backend choice, network env, one-process group (Section 7)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.distributed as dist
 
+from src.comm.network import Network
 from src.dist import process_group
 from src.errors import SetupError
 
-LOCAL = {"name": "local", "backend": "gloo", "loopback": True, "env": {}}
-ETHERNET = {"name": "ethernet", "backend": "auto", "loopback": False, "env": {"NCCL_IB_DISABLE": "1"}}
+LOCAL = Network.parse({"name": "local", "backend": "gloo", "loopback": True, "timeout_s": 600, "env": {}})
+ETHERNET = Network.parse({"name": "ethernet", "backend": "auto", "loopback": False, "timeout_s": 1800,
+                          "env": {"NCCL_IB_DISABLE": "1"}})
 
 
 def test_plain_python_is_one_process():
@@ -49,7 +53,7 @@ def test_cpu_device_and_gloo_without_cuda(monkeypatch):
     with pytest.raises(SetupError, match="device=cuda"):
         process_group.choose_device("cuda", ETHERNET, 0, 1)
     with pytest.raises(SetupError, match="NCCL, which needs CUDA"):
-        process_group.choose_device("auto", {**ETHERNET, "backend": "nccl"}, 0, 1)
+        process_group.choose_device("auto", replace(ETHERNET, backend="nccl"), 0, 1)
 
 
 def test_cuda_device_per_local_rank_and_too_many_processes(monkeypatch):

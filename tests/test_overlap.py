@@ -113,7 +113,8 @@ def test_overlapped_steps_equal_synchronous_across_checkpoint_and_resume(dist, w
 
 
 def test_overlap_refuses_a_reducer_that_reduces_in_one_call():
-    variant = {"name": "x", "optimizer": "lion_cub", "reducer": {"name": "compressed_allreduce"}, "overlap": True}
+    variant = {"name": "x", "optimizer": "lion_cub", "reducer": {"name": "compressed_allreduce"},
+               "momentum_sync": {"every": 0, "layers": "none"}, "overlap": True}
     with pytest.raises(ValueError, match="overlap=true needs a pipelined reducer"):
         validate_variant(variant, world_size=2)
 

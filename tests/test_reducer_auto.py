@@ -19,6 +19,7 @@ from device_double import HostMonitor, watch_collectives
 from src.comm import make_reducer
 from src.comm.auto import CANDIDATES, choose_reducer
 from src.comm.cost_model import cost
+from src.comm.network import Network
 from src.comm.network_fit import NetworkCosts, network_costs, read_network_fit, write_network_fit
 from src.engine.run import preflight
 from src.engine.schema import config_problems
@@ -29,6 +30,12 @@ from src.optim.factory import build_optimizer, parameter_groups, validate_varian
 N = 48_700_000
 AUTO = yaml.safe_load((REPO / "conf/variant/cub_auto.yaml").read_text())
 
+
+
+def net(**keys) -> Network:
+    """A network section: conf/network/local.yaml's required keys with `keys` replacing or adding to them."""
+    local = yaml.safe_load((REPO / "conf/network/local.yaml").read_text())
+    return Network.parse({k: local[k] for k in ("name", "backend", "loopback", "timeout_s", "env")} | keys)
 
 def terms(choice, name):
     """(latency coefficient, bandwidth bits) of a candidate at the choice's world size and numel."""
@@ -82,21 +89,21 @@ def test_the_choice_is_logged_with_every_prediction():
 def test_bad_auto_options_are_refused(options, match):
     variant = {**AUTO, "reducer": {**AUTO["reducer"], **options}}
     with pytest.raises(ValueError, match=match):
-        validate_variant(variant, 2, network={"name": "x", "fit": None, "alpha": 1e-3, "beta": 1e-9})
+        validate_variant(variant, 2, network=net(name="x", fit=None, alpha=1e-3, beta=1e-9))
 
 
 # --- the network's alpha and beta ----------------------------------------------------------------------------------
 
 def test_fit_file_is_read_and_a_missing_one_falls_back_saying_so(tmp_path):
     path = tmp_path / "network_fit_1gbit.json"
-    network = {"name": "emulated", "fit": str(path), "alpha": 2.02e-3, "beta": 9.45e-10}
+    network = net(name="emulated", fit=str(path), alpha=2.02e-3, beta=9.45e-10)
     fallback = network_costs(network)
     assert (fallback.alpha, fallback.beta) == (2.02e-3, 9.45e-10)
     assert "network config 'emulated'" in fallback.source and f"{path} not found" in fallback.source
     write_network_fit(path, 1.5e-3, 1e-9, rate="1gbit")
     assert network_costs(network) == NetworkCosts(1.5e-3, 1e-9, str(path)) == read_network_fit(path)
     with pytest.raises(ValueError, match="no usable network.alpha"):
-        network_costs({"name": "x", "fit": None, "alpha": None, "beta": None})
+        network_costs(net(name="x", fit=None, alpha=None, beta=None))
 
 
 @pytest.mark.parametrize("text,match", [("{not json", "not valid JSON"), ("[1, 2]", "JSON list, not an object"),
@@ -108,7 +115,7 @@ def test_malformed_fit_file_is_named_with_what_is_wrong(tmp_path, text, match):
     path = tmp_path / "fit.json"
     path.write_text(text)
     with pytest.raises(ValueError, match=match) as info:
-        network_costs({"name": "x", "fit": str(path), "alpha": 1e-3, "beta": 1e-9})
+        network_costs(net(name="x", fit=str(path), alpha=1e-3, beta=1e-9))
     assert str(path) in str(info.value)
 
 
@@ -189,7 +196,7 @@ def _train(variant: dict, network, steps: int = 4):
 def test_auto_trains_bitwise_like_the_chosen_variant(dist, tmp_path, alpha, beta, expected):
     path = tmp_path / "fit.json"
     write_network_fit(path, alpha, beta)
-    network = {"name": "test", "fit": str(path), "alpha": None, "beta": None}
+    network = net(name="test", fit=str(path), alpha=None, beta=None)
     auto = {**AUTO, "reducer": {**AUTO["reducer"], "chunk": 32, "compile": False}}
     outs = dist(2, _train, auto, network)
     record = outs[0][1]

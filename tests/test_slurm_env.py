@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from src.comm.network import Network
 from src.dist import process_group
 from src.dist.slurm_env import expand_hostlist, expand_tasks_per_node, slurm_launch_env
 from src.errors import SetupError
@@ -48,7 +49,8 @@ def test_a_job_step_task_becomes_a_torchrun_rank():
     assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
                    "MASTER_ADDR": "gpu07", "MASTER_PORT": str(20000 + 4242 % 10000)}
     assert process_group.read_launch_env(STEP) == (3, 1, 4, 2)
-    ctx = process_group.describe("cpu", {"name": "ethernet", "backend": "auto"}, STEP)
+    ctx = process_group.describe("cpu", Network.parse({"name": "ethernet", "backend": "auto", "loopback": False,
+                                                       "timeout_s": 1800, "env": {}}), STEP)
     assert (ctx.rank, ctx.world_size, ctx.num_nodes) == (3, 4, 2)
     assert slurm_launch_env({**STEP, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "1234"})["MASTER_ADDR"] == "10.0.0.1"
 

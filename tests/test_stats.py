@@ -318,7 +318,8 @@ def _optimizer_step_with_stats(variant: str):
 
 VARIANTS = {"lion32": {"optimizer": "lion_grad_allreduce", "comm_dtype": "fp32"},
             "cub4": {"optimizer": "lion_cub", "reducer": {"name": "pbit", "quant": "sign", "levels": 1, "bits": 4,
-                                                           "vote": "majority", "zeros": "alternate"}}}
+                                                           "vote": "majority", "zeros": "alternate"},
+                     "momentum_sync": {"every": 0, "layers": "none"}, "overlap": False}}
 
 
 @pytest.mark.parametrize("variant, world_size", [("lion32", 2), ("lion32", 3), ("cub4", 2)])

@@ -117,13 +117,12 @@ def test_report_writes_figures_and_tables(tmp_path):
 
 
 def test_wandb_logger_reuses_the_run_id_of_a_run_folder(tmp_path, monkeypatch):
-    from omegaconf import OmegaConf
-
+    from src.runlog.sinks import Logger
     from src.runlog.wandb_logger import WandbLogger
     from src.runlog.wandb_offline import read_history
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    cfg = OmegaConf.create({"name": "wandb", "mode": "offline", "project": "t"})
+    cfg = Logger(name="wandb", mode="offline", project="t", entity=None, group=None, tags=None)
     first = WandbLogger(cfg, tmp_path, {"a": 1}, "run")
     first.log({"step": 1, "loss": 2.0})
     first.finish({})

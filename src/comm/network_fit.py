@@ -19,7 +19,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+
+from src.comm.network import Network
 
 REQUIRED = ("alpha", "beta")
 
@@ -74,13 +75,13 @@ def write_network_fit(path: Path | str, alpha: float, beta: float, **record) -> 
     Path(path).write_text(json.dumps(dict(alpha=alpha, beta=beta, **record), indent=2) + "\n")
 
 
-def network_costs(network: Mapping) -> NetworkCosts:
+def network_costs(network: Network) -> NetworkCosts:
     """alpha and beta for the network config `network`: from its `fit` file when that exists, else its own
     `alpha`/`beta` (the source says which, and why); ValueError when neither is usable."""
-    name, path = network.get("name", "?"), network.get("fit")
+    name, path = network.name, network.fit
     if path and Path(path).exists():
         return read_network_fit(path)
-    alpha, beta = network.get("alpha"), network.get("beta")
+    alpha, beta = network.alpha, network.beta
     if not (_number(alpha) and _number(beta)):
         where = f"no fit file at {path}" if path else "no fit file (network.fit is null)"
         raise ValueError(f"network {name!r}: {where} and no usable network.alpha/network.beta (got alpha={alpha!r}, "

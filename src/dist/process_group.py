@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
+from src.comm.network import Network
 from src.dist.slurm_env import slurm_launch_env
 from src.dist.threads import apply_thread_share
 from src.errors import SetupError
@@ -83,15 +84,12 @@ def read_launch_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
     return rank, local_rank, world, local_world
 
 
-def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, local_world: int,
+def choose_device(requested: str, network: Network, local_rank: int, local_world: int,
                   cuda_devices: int | None = None) -> torch.device:
-    """The device of this rank; every impossible combination is a SetupError naming the numbers. `cuda_devices`:
-    the GPUs of the node the rank runs on (None: this machine's)."""
-    backend, name = network.get("backend", "auto"), network.get("name", "?")
-    if requested not in ("auto", "cpu", "cuda"):
-        raise SetupError(f"device={requested!r} is not one of auto, cpu, cuda")
-    if backend not in ("auto", "gloo", "nccl"):
-        raise SetupError(f"network.backend={backend!r} is not one of auto, gloo, nccl")
+    """The device of this rank (`requested`: auto, cpu or cuda, as the schema typed it); every impossible
+    combination is a SetupError naming the numbers. `cuda_devices`: the GPUs of the node the rank runs on (None:
+    this machine's)."""
+    backend, name = network.backend, network.name
     cuda_ok = torch.cuda.is_available() if cuda_devices is None else cuda_devices > 0
     if requested == "cuda" and not cuda_ok:
         raise SetupError("device=cuda but torch.cuda.is_available() is False; use device=cpu (or device=auto)")
@@ -112,16 +110,16 @@ def choose_device(requested: str, network: Mapping[str, Any], local_rank: int, l
     return torch.device("cuda", local_rank)
 
 
-def check_link(network: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+def check_link(network: Network, environ: Mapping[str, str]) -> None:
     """A network with `emulated_link: true` (the paper-equivalent links) needs the link its launcher builds."""
-    if network.get("emulated_link") and not environ.get("LIONCUB_LINK_RATE"):
-        name = network.get("name", "?")
+    if network.emulated_link and not environ.get("LIONCUB_LINK_RATE"):
+        name = network.name
         raise SetupError(f"network={name} is an emulated link that this launch did not build; start the run with "
                          f"python -m src.launch.paper_link network={name} nodes=2 nproc_per_node=2 -- <overrides> "
                          "(root: network namespaces), or use network=local")
 
 
-def describe(device: str, network: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> DistContext:
+def describe(device: str, network: Network, environ: Mapping[str, str] | None = None) -> DistContext:
     """Check the launch and return this rank's context; starts nothing."""
     environ = os.environ if environ is None else environ
     check_link(network, environ)
@@ -129,16 +127,16 @@ def describe(device: str, network: Mapping[str, Any], environ: Mapping[str, str]
     dev = choose_device(device, network, local_rank, local_world)
     return DistContext(rank=rank, local_rank=local_rank, world_size=world, local_world_size=local_world,
                        device=dev, backend="nccl" if dev.type == "cuda" else "gloo",
-                       network=str(network.get("name", "?")))
+                       network=network.name)
 
 
-def job_context(device: str, network: Mapping[str, Any], world_size: int, local_world_size: int,
+def job_context(device: str, network: Network, world_size: int, local_world_size: int,
                 gpus_per_node: int) -> DistContext:
     """Rank 0's context in a job that will run elsewhere (a Slurm job: `world_size` ranks, `local_world_size` per
     node of `gpus_per_node` GPUs), checked as `describe` checks this machine's; starts nothing."""
     dev = choose_device(device, network, 0, local_world_size, cuda_devices=gpus_per_node)
     return DistContext(rank=0, local_rank=0, world_size=world_size, local_world_size=local_world_size, device=dev,
-                       backend="nccl" if dev.type == "cuda" else "gloo", network=str(network.get("name", "?")))
+                       backend="nccl" if dev.type == "cuda" else "gloo", network=network.name)
 
 
 def loopback_interface() -> str | None:
@@ -149,22 +147,22 @@ def loopback_interface() -> str | None:
     return None
 
 
-def apply_network_env(network: Mapping[str, Any], environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+def apply_network_env(network: Network, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
     """Set the network's environment variables (before the group starts); return what was set."""
     environ = os.environ if environ is None else environ
-    applied = {str(k): str(v) for k, v in (network.get("env") or {}).items()}
-    if network.get("loopback") and "GLOO_SOCKET_IFNAME" not in environ:
+    applied = {str(k): str(v) for k, v in (network.env or {}).items()}
+    if network.loopback and "GLOO_SOCKET_IFNAME" not in environ:
         iface = loopback_interface()
         if iface:
             applied["GLOO_SOCKET_IFNAME"] = iface
     for key, value in applied.items():
         if environ.get(key, value) != value:
-            print(f"lioncub: network={network.get('name')} sets {key}={value} (was {environ[key]})", flush=True)
+            print(f"lioncub: network={network.name} sets {key}={value} (was {environ[key]})", flush=True)
         environ[key] = value
     return applied
 
 
-def init_process_group(ctx: DistContext, network: Mapping[str, Any], run_index: int = 0) -> dict[str, str]:
+def init_process_group(ctx: DistContext, network: Network, run_index: int = 0) -> dict[str, str]:
     """Apply the network environment and start the process group; returns the variables it set. `run_index`
     numbers the runs this process starts (a multirun's sweep points, the same on every rank): it names the group's
     keys in torchrun's store."""
@@ -174,7 +172,7 @@ def init_process_group(ctx: DistContext, network: Mapping[str, Any], run_index: 
     apply_thread_share()
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
-    timeout = timedelta(seconds=int(network.get("timeout_s", 1800)))
+    timeout = timedelta(seconds=network.timeout_s)
     device_id = ctx.device if ctx.device.type == "cuda" else None
     if ctx.world_size == 1 and "MASTER_ADDR" not in os.environ:
         dist.init_process_group(ctx.backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout,

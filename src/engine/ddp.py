@@ -24,16 +24,17 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
+from src.optim.variant import Variant
+
 HOOKS = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
 
 
-def wrap_model(model: torch.nn.Module, variant, device: torch.device) -> torch.nn.Module:
+def wrap_model(model: torch.nn.Module, variant: Variant, device: torch.device) -> torch.nn.Module:
     """DDP around `model` when `variant.optimizer` is `ddp`, else `model` itself."""
-    if variant.get("optimizer") != "ddp":
+    if variant.optimizer != "ddp":
         return model
     device_ids = [device] if device.type == "cuda" else None  # one GPU per process; CPU modules take None
-    ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=float(variant.get("bucket_cap_mb", 25)))
-    hook = variant.get("comm_hook", "none")
-    if hook != "none":
-        ddp.register_comm_hook(None, HOOKS[hook])
+    ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=variant.bucket_cap_mb)
+    if variant.comm_hook != "none":
+        ddp.register_comm_hook(None, HOOKS[variant.comm_hook])
     return ddp

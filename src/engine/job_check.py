@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from src.dist.process_group import job_context
 from src.engine.run import check_run, paper_size_note
-from src.engine.schema import check_config
+from src.engine.schema import parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,8 @@ def check_job(cfg: DictConfig, choices: dict, world_size: int, local_world_size:
         notes.append(f"data {where} is on a path this machine does not have ({Path(*Path(where).parts[:2])}); the "
                      "job checks it where it runs")
     with contextlib.chdir(REPO):  # relative paths are read from the repository, as the job reads them
-        check_config(cfg, choices)
-        check_run(cfg, job_context(cfg.device, cfg.network, world_size, local_world_size, gpus_per_node), check_data)
+        job = parse_config(cfg, choices)
+        check_run(cfg, job, job_context(job.device, job.network, world_size, local_world_size, gpus_per_node),
+                  check_data)
     note = paper_size_note(cfg, world_size, choices)
     return notes + ([note] if note else [])

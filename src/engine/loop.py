@@ -51,7 +51,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from omegaconf import DictConfig
 from tqdm import tqdm
 
 from src.dist.process_group import DistContext
@@ -136,18 +135,19 @@ def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
     return metrics
 
 
-def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, cfg: DictConfig, ctx: DistContext,
+def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job, ctx: DistContext,
           total_steps: int, hooks: StepHooks, stats=OFF) -> LoopResult:
-    """Train from `hooks.progress` (step 0, or a resumed checkpoint's) to `total_steps`."""
-    timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(cfg.precision, ctx.device)
-    clip, every, unit = cfg.optim.get("clip"), int(cfg.train.eval_every or 0), task.unit
+    """Train from `hooks.progress` (step 0, or a resumed checkpoint's) to `total_steps`; `job` is the typed
+    configuration (src.engine.schema.Config): its precision, `optim.clip` and `train` section."""
+    timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(job.precision, ctx.device)
+    clip, every, unit = job.optim.clip, job.train.eval_every, task.unit
     per_step, progress = task.units_per_step(), hooks.progress
-    warmup = int(cfg.train.get("timing_skip") or 0)
-    bar = StepProgress(total_steps, progress.step, ctx.is_main and cfg.train.progress, cfg.train.log_every_s)
+    warmup = job.train.timing_skip
+    bar = StepProgress(total_steps, progress.step, ctx.is_main and job.train.progress, job.train.log_every_s)
     result = LoopResult(steps=progress.step, train_time=progress.train_time, warmup_time=progress.warmup_time)
     start = time.perf_counter() - progress.wall_time
     model.train()
-    if cfg.train.eval_at_start and progress.step == 0:
+    if job.train.eval_at_start and progress.step == 0:
         result.last_eval = _evaluate(task, model, amp, 0, ctx.is_main)
         sinks.log({"step": 0, unit: 0, "train_time": 0.0, "wall_time": time.perf_counter() - start,
                    **result.last_eval})

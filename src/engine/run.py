@@ -1,10 +1,11 @@
 """One training run from a composed config: check everything, then start the group, train and summarise.
 
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
-Section 7 setups): the typed schema of the whole config (src.engine.schema: types, ranges, unknown keys), the
-launch and device (src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
-world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the
-reliability keys, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
+Section 7 setups): the parse of the whole config into its typed sections (src.engine.schema.parse_config:
+types, ranges, choices, unknown and missing keys; the rest of the run reads those sections), the launch and device
+(src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
+world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the fault
+injection against the world size, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
 (src.reliability.resume). The data is opened before the model is checked against it, so missing data is reported
 first. `check_run()` is the part that takes the launch as given (a `DistContext`): src.engine.job_check runs it for
 rank 0 of a Slurm job before submitting. `paper_size_note()` is the line rank 0 prints when a paper preset runs at a
@@ -45,9 +46,9 @@ from src.dist.process_group import (
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.ddp import wrap_model
 from src.errors import SetupError
-from src.engine.loop import PRECISIONS, LoopResult, train
+from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
-from src.engine.schema import check_config
+from src.engine.schema import Config, Train, parse_config
 from src.engine.tasks import Task, make_task
 from src.runlog import history
 from src.runlog.command import this_command
@@ -79,6 +80,7 @@ from src.stats import check_stats_config, make_stats
 
 @dataclass
 class Plan:
+    job: Config  # the typed configuration every component reads its section of
     ctx: DistContext
     task: Task
     steps: int
@@ -89,31 +91,25 @@ class Plan:
     restart: bool = False  # resume=auto found its run folder without a checkpoint: train again from step 0 in it
 
 
-def resolve_steps(cfg: DictConfig, task: Task) -> int:
-    epochs = cfg.train.get("epochs")
-    if epochs is None:
-        steps = cfg.train.steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise SetupError(f"train.steps={steps!r} must be a positive integer")
-        return steps
+def resolve_steps(train: Train, task: Task) -> int:
+    if train.epochs is None:
+        return train.steps
     per_epoch = task.steps_per_epoch()
     if per_epoch is None:
-        raise SetupError(f"train.epochs={epochs} needs a dataset with epochs; task {task.name!r} samples windows "
-                         "at random: set train.steps instead (and train.epochs=null)")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise SetupError(f"train.epochs={epochs!r} must be a positive integer or null")
-    return epochs * per_epoch
+        raise SetupError(f"train.epochs={train.epochs} needs a dataset with epochs; task {task.name!r} samples "
+                         "windows at random: set train.steps instead (and train.epochs=null)")
+    return train.epochs * per_epoch
 
 
-def check_variant(cfg: DictConfig, ctx: DistContext, model: torch.nn.Module) -> None:
+def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module) -> None:
     try:
-        validate_variant(cfg.variant, ctx.world_size, model, network=cfg.network)
+        validate_variant(job.variant, ctx.world_size, model, network=job.network)
     except ValueError as exc:
-        raise SetupError(f"variant={cfg.variant.get('name')} with {ctx.world_size} process(es): {exc}") from exc
+        raise SetupError(f"variant={job.variant.name} with {ctx.world_size} process(es): {exc}") from exc
 
 
-def check_world_size(cfg: DictConfig, ctx: DistContext) -> None:
-    expected = cfg.get("expect_world_size")
+def check_world_size(job: Config, ctx: DistContext) -> None:
+    expected = job.expect_world_size
     if expected is not None and expected != ctx.world_size:
         raise SetupError(f"this configuration expects {expected} processes (expect_world_size={expected}, set by the "
                          f"preset or config) but was launched with world size {ctx.world_size}; launch torchrun "
@@ -129,32 +125,29 @@ class Checked:
     meta_model: torch.nn.Module
 
 
-def check_run(cfg: DictConfig, ctx: DistContext, check_data: bool = True) -> Checked:
-    """Every check of a schema-checked configuration (`check_config`) for rank 0 of `ctx`, with no side effect; the
-    data folders only when `check_data` (a job submitted from a machine that cannot see them checks them where it
-    runs). Raises SetupError or DataError."""
-    check_world_size(cfg, ctx)
-    check_logger(cfg)
-    if cfg.precision not in PRECISIONS:
-        raise SetupError(f"precision={cfg.precision!r} is not one of {', '.join(PRECISIONS)}")
+def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool = True) -> Checked:
+    """Every check of the parsed configuration `job` (`parse_config`: types, ranges and choices are its) that needs
+    the launch, for rank 0 of `ctx`, with no side effect; the data folders only when `check_data` (a job submitted
+    from a machine that cannot see them checks them where it runs). Raises SetupError or DataError."""
+    check_world_size(job, ctx)
+    check_logger(job.logger)
     task = make_task(cfg, ctx)
     meta_model = task.build_model("meta")
     if check_data:
         task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
-    check_variant(cfg, ctx, meta_model)
-    check_stats_config(cfg.get("stats"), meta_model)
-    steps = resolve_steps(cfg, task) if check_data or cfg.train.get("epochs") is None else None
-    o = cfg.optim
-    schedule = None if steps is None else LRSchedule(float(o.lr), steps, o.schedule, int(o.warmup_steps),
-                                                      float(o.min_lr_ratio))
-    check_reliability_config(cfg, ctx.world_size)
+    check_variant(job, ctx, meta_model)
+    check_stats_config(job.stats, meta_model)
+    steps = resolve_steps(job.train, task) if check_data or job.train.epochs is None else None
+    o = job.optim
+    schedule = None if steps is None else LRSchedule(o.lr, steps, o.schedule, o.warmup_steps, o.min_lr_ratio)
+    check_reliability_config(job.reliability, ctx.world_size)
     return Checked(task, steps, schedule, meta_model)
 
 
 def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = None) -> str | None:
     """One line when a paper preset runs at a world size none of its figures used (`paper_world_size`)."""
-    sizes = cfg.get("paper_world_size")
+    sizes = cfg.paper_world_size
     if not sizes or world_size in sizes:
         return None
     preset = (choices or {}).get("exp") or "this preset"
@@ -165,24 +158,24 @@ def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = Non
 def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     """Every check of the run, with no side effect; raises SetupError or DataError."""
     choices = choices or {}
-    check_config(cfg, choices)
-    ctx = describe(cfg.device, cfg.network)
-    checked = check_run(cfg, ctx)
+    job = parse_config(cfg, choices)
+    ctx = describe(job.device, job.network)
+    checked = check_run(cfg, job, ctx)
     task, steps, meta_model = checked.task, checked.steps, checked.meta_model
-    point = find_resume_point(cfg, ctx.rank, ctx.world_size)
+    point = find_resume_point(job, ctx.rank, ctx.world_size)
     if point is not None:
         check_compatible(point, cfg, meta_model, steps)
-    run_dir = _plan_run_dir(cfg, choices, point) if ctx.is_main else None
+    run_dir = _plan_run_dir(job, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(ctx, task, steps, checked.schedule, run_dir, default_name(cfg, choices), point, restart)
+    return Plan(job, ctx, task, steps, checked.schedule, run_dir, default_name(job, choices), point, restart)
 
 
-def _plan_run_dir(cfg: DictConfig, choices: dict, point: ResumePoint | None) -> Path:
+def _plan_run_dir(cfg: Config, choices: dict, point: ResumePoint | None) -> Path:
     if point is None:
         return plan_run_dir(cfg, choices, reuse=reuses_run_dir(cfg))
     if point.mode != "branch":
         return point.run_dir
-    if cfg.run.get("dir"):
+    if cfg.run.dir:
         return plan_run_dir(cfg, choices)
     base, n = point.run_dir.with_name(f"{point.run_dir.name}-from-step{point.checkpoint.step}"), 1
     while with_suffix(base, n).exists():
@@ -196,7 +189,7 @@ def _write_json(path: Path, obj: dict) -> None:
 
 def _open_run_dir(cfg: DictConfig, plan: Plan) -> tuple[Path, str]:
     """Rank 0: claim, branch into or reuse the run folder, saying what happens; returns it and the attempt kind."""
-    point, path, explicit = plan.resume, plan.run_dir, bool(cfg.run.get("dir"))
+    point, path, explicit = plan.resume, plan.run_dir, bool(plan.job.run.dir)
     if plan.restart:  # resume=auto found its folder without a checkpoint before anything started
         dropped = history.drop_rows_after(path, -1)
         print(f"lioncub: resume=auto: no checkpoint in {path}; training again from step 0 in it ({dropped} rows "
@@ -271,7 +264,7 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps)
-    return StepHooks(cfg, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
+    return StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 
 def _timing(run_dir: Path) -> dict:
@@ -303,43 +296,43 @@ def _already_finished(plan: Plan) -> dict | None:
 def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0) -> dict:
     """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal.
     `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
-    ctx, task = plan.ctx, plan.task
+    job, ctx, task = plan.job, plan.ctx, plan.task
     done = _already_finished(plan)
     if done is not None:
         if ctx.is_main:
             print(f"lioncub: {plan.resume.run_dir} has finished all {plan.steps} steps; nothing to resume", flush=True)
         return done
-    needs_group = ctx.world_size > 1 or cfg.variant.optimizer != "lion"
-    network_env = init_process_group(ctx, cfg.network, run_index) if needs_group else {}
+    needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
+    network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
     allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codec.py)
     try:
-        torch.manual_seed(int(cfg.seed))
+        torch.manual_seed(job.seed)
         model = task.build_model(ctx.device).to(ctx.device)
         broadcast_parameters(model)
-        torch.manual_seed(int(cfg.seed) + ctx.rank)  # per-rank randomness (augmentation) from here on
-        seed_host_rngs(int(cfg.seed) + ctx.rank)
-        o = cfg.optim
+        torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
+        seed_host_rngs(job.seed + ctx.rank)
+        o = job.optim
         # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
-        network = broadcast_object(network_costs(cfg.network)) if is_auto(cfg.variant) else None
-        optimizer = build_optimizer(model, cfg.variant, lr=float(o.lr), betas=(float(o.beta1), float(o.beta2)),
-                                    weight_decay=float(o.weight_decay), network=network)
+        network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
+        optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
+                                    weight_decay=o.weight_decay, network=network)
         if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
             for adjustment in optimizer.adjustments():
                 print(adjustment.line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
-        trained = wrap_model(model, cfg.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+        trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
-        resumed = ctx.is_main and plan.resume is not None and cfg.logger.name == "wandb"
-        sinks = Sinks(cfg, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+        resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
+        sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
         stop = StopSignals()
         hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop)
-        stats = make_stats(check_stats_config(cfg.get("stats"), model), model, optimizer, rank=ctx.rank,
-                           world_size=ctx.world_size, seed=int(cfg.seed), run_dir=run_dir, start_step=progress.step,
+        stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
+                           world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
         with stop.installed():
-            result = train(task, trained, optimizer, plan.schedule, sinks, cfg, ctx, plan.steps, hooks, stats)
+            result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                    "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),

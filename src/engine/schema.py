@@ -1,14 +1,17 @@
-"""The typed schema of lioncub's configuration (conf/), checked before anything starts (Lion Cub, Section 7 setups).
+"""The typed configuration of lioncub (conf/), checked and built once before anything starts (Lion Cub, Section 7).
 
 Every key of the composed config has a type and, where it matters, a range or a list of choices; `check_config`
 reports every problem at once, one line each (key, value, what is allowed), as a SetupError, before any process
-group or run folder exists. `model.params` is checked against its kind's schema and `data` against its kind's;
-a model paired with the wrong data kind is reported alone (the other problems would follow from it).
+group or run folder exists, and `parse_config` then builds the typed `Config`, whose sections the components
+receive instead of the config (docs/architecture.md, "Configuration"): `variant` (src.optim.variant), `network`
+(src.comm.network), the reliability sections (src.reliability.config), `logger` (src.runlog.sinks); `train`,
+`optim` and `run` are the engine's own, here. No section has defaults: every value comes from the YAML.
+`model.params` is checked against its kind's schema and `data` against its kind's; a model paired with the wrong
+data kind is reported alone (the other problems would follow from it).
 
 Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
-`network.env` (environment variables), `variant.reducer` and `variant.momentum_sync` (checked by
-`src.optim.factory.validate_variant`, which names the valid options; it also checks the combinations of the
-baselines' keys), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
+`network.env` (environment variables), `variant.reducer` (checked by src.comm.make_reducer, which names the valid
+options), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
 src.comm.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
@@ -16,27 +19,26 @@ from __future__ import annotations
 import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
 from omegaconf import DictConfig
 
 from src.engine.loop import PRECISIONS
 from src.engine.schedule import SCHEDULES
 from src.engine.tasks import task_class
-from src.engine.typecheck import Doc, OneOf, Range, problems
+from src.utils.typecheck import Doc, OneOf, Range, build, problems
 from src.errors import SetupError
-from src.optim.factory import OPTIMIZERS
-from src.reliability.nonfinite import POLICIES
-from src.runlog.sinks import LOGGERS
-from src.runlog.wandb_logger import MODES
+from src.comm.network import Network
+from src.optim.variant import Variant, check_keys
+from src.reliability.config import Checkpoint, Fault, Guard, NonFinite, Reliability
+from src.runlog.sinks import Logger
 
 Count = Annotated[int, Range(ge=1)]
-Every = Annotated[int, Range(ge=0), Doc("0: off")]
 Fraction = Annotated[float, Range(ge=0, le=1)]
 Beta = Annotated[float, Range(ge=0, lt=1)]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Train:
     steps: Count
     epochs: Count | None
@@ -48,7 +50,7 @@ class Train:
     log_every_s: Annotated[float, Range(ge=0)]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Run:
     root: str
     name: str | None
@@ -57,39 +59,13 @@ class Run:
     sweep: str | None
 
 
-@dataclass
-class Checkpoint:
-    every: Every
-    keep: Count
-
-
-@dataclass
-class Guard:
-    every: Every
-
-
-@dataclass
-class NonFinite:
-    policy: Annotated[str, OneOf(POLICIES)]
-
-
-@dataclass
-class Fault:
-    kill_rank: int | None
-    kill_at_step: int | None
-    perturb_rank: int | None
-    perturb_at_step: int | None
-    nan_rank: int | None
-    nan_at_step: int | None
-
-
-@dataclass
+@dataclass(frozen=True)
 class Model:
     kind: str
     params: dict | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class GPTParams:
     size: str
     block_size: Count | None
@@ -101,12 +77,12 @@ class GPTParams:
     tie_embeddings: bool | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResNetParams:
     num_classes: Count
 
 
-@dataclass
+@dataclass(frozen=True)
 class DeiTParams:
     size: str
     num_classes: Count
@@ -117,7 +93,7 @@ class DeiTParams:
 MODEL_PARAMS = {"gpt": GPTParams, "resnet18_cifar": ResNetParams, "deit": DeiTParams}
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenData:
     kind: str
     dir: str
@@ -125,7 +101,7 @@ class TokenData:
     batch_size: Count
 
 
-@dataclass
+@dataclass(frozen=True)
 class CifarData:
     kind: str
     root: str
@@ -139,25 +115,7 @@ class CifarData:
 DATA = {"tokens": TokenData, "cifar100": CifarData}
 
 
-@dataclass
-class Variant:
-    name: str
-    optimizer: Annotated[str, OneOf(OPTIMIZERS)]
-    comm_dtype: str | None
-    reducer: dict | None
-    momentum_sync: dict | None
-    overlap: bool | None  # lion_cub: communication hidden behind the next forward pass (src/optim/overlap.py)
-    # the neighbours' baselines (docs/baselines.md); their combinations are checked by validate_variant
-    adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)
-    bits: Count | None  # BitDP: 1 or 2
-    threshold: Annotated[float, Range(gt=0)] | None  # BitDP's sparsity threshold
-    layers: str | None  # BitDP: which linear layers are compressed
-    inner: str | None  # DDP: the optimizer DDP wraps
-    comm_hook: str | None  # DDP: null or bf16
-    bucket_cap_mb: Annotated[float, Range(gt=0)] | None  # DDP's bucket size
-
-
-@dataclass
+@dataclass(frozen=True)
 class Optim:
     lr: Annotated[float, Range(gt=0)]
     beta1: Beta
@@ -169,36 +127,7 @@ class Optim:
     min_lr_ratio: Fraction
 
 
-@dataclass
-class Network:
-    name: str
-    backend: Annotated[str, OneOf(("auto", "gloo", "nccl"))]
-    loopback: bool
-    timeout_s: Count
-    env: dict | None
-    nodes: Count | None
-    nproc_per_node: Count | None
-    rate: str | None
-    fit: Annotated[str, Doc("a network_fit_*.json of make bench, or null")] | None
-    alpha: Annotated[float, Range(ge=0), Doc("seconds per message")] | None
-    beta: Annotated[float, Range(ge=0), Doc("seconds per bit")] | None
-    emulated_link: Annotated[bool, Doc("needs the link src.launch.paper_link builds")] | None = None
-    share: Annotated[float, Range(ge=0), Doc("Lion 32-bit's communication share the link reproduces")] | None = None
-    calibration: Annotated[str, Doc("the calibration file of the link's rate")] | None = None
-    calibrated_share: Annotated[float, Range(ge=0), Doc("the share measured at that rate")] | None = None
-
-
-@dataclass
-class Logger:
-    name: Annotated[str, OneOf(LOGGERS)]
-    mode: Annotated[str, OneOf(MODES)]
-    project: str
-    entity: str | None
-    group: str | None
-    tags: list | None
-
-
-@dataclass
+@dataclass(frozen=True)
 class Config:
     seed: int
     device: Annotated[str, OneOf(("auto", "cpu", "cuda"))]
@@ -219,7 +148,11 @@ class Config:
     optim: Optim
     network: Network
     logger: Logger
-    stats: dict | None  # issue 8's statistics block: typed loosely here, checked by its own module
+    stats: dict | None  # the statistics block: typed loosely here, checked by its own module (src.stats)
+
+    @property
+    def reliability(self) -> Reliability:
+        return Reliability(self.checkpoint, self.guard, self.nonfinite, self.fault)
 
 
 def _by_kind(cfg: DictConfig, key: str, schemas: dict) -> tuple[str | None, list[str]]:
@@ -245,6 +178,11 @@ def config_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
     params = cfg.model.get("params")
     if params is not None and not [p for p in found if p.startswith("model.params=")]:
         found += problems(params, MODEL_PARAMS[model_kind], "model.params")
+    if not [p for p in found if p.startswith("variant")]:
+        try:
+            check_keys(cfg.variant)
+        except ValueError as exc:  # a key the variant's optimizer does not take, or one it needs
+            found.append(str(exc))
     return found
 
 
@@ -281,6 +219,16 @@ def is_unknown_key(key: str) -> bool:
             return True
         schema = _schema_of(hints[part])
     return False
+
+
+def parse_config(cfg: DictConfig, choices: dict | None = None) -> Config:
+    """The composed config as the typed `Config` every component reads its section of; SetupError listing every
+    problem (`check_config`) when it cannot train."""
+    check_config(cfg, choices)
+    try:
+        return build(cfg, Config)
+    except ValueError as exc:  # a section's own consistency check (e.g. variant.momentum_sync's every and layers)
+        raise SetupError(str(exc)) from None
 
 
 def check_config(cfg: DictConfig, choices: dict | None = None) -> None:

@@ -47,9 +47,9 @@ def folder(index: int, count: int, diff: list[str]) -> str:
 
 def sweep_folder(cfg: DictConfig, choices: dict) -> Path:
     """Where a new sweep goes: `run.sweep` when given, else a timestamped folder under `run.root`."""
-    if cfg.run.get("sweep"):
+    if cfg.run.sweep:
         return Path(cfg.run.sweep)
-    name = cfg.run.get("name") or choices.get("exp")
+    name = cfg.run.name or choices.get("exp")
     return Path(cfg.run.root) / (time.strftime("%Y%m%d-%H%M%S") + "-sweep" + (f"-{slug(str(name))}" if name else ""))
 
 

@@ -37,10 +37,10 @@ class AdamW(LoopOptimizer, torch.optim.AdamW):
 
 
 class GradAllreduceAdamW(AdamW):
-    """`GradAllreduceAdamW(params, lr, betas, weight_decay, comm_dtype="fp32", group=None)`: G-AdamW."""
+    """`GradAllreduceAdamW(params, lr, betas, weight_decay, comm_dtype, group=None)`: G-AdamW."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 weight_decay: float = 0.01, comm_dtype: str = "fp32", group=None):
+                 weight_decay: float = 0.01, *, comm_dtype: str, group=None):
         super().__init__(params, lr=lr, betas=betas, weight_decay=weight_decay)
         self._allreduce = FlatGradientAllreduce(trainable(self.param_groups), comm_dtype, group)
 

@@ -13,14 +13,19 @@ Adam papers' values). Everything is checked before a process group exists, with 
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from src.comm import make_reducer
 from src.optim.adamw_allreduce import GradAllreduceAdamW
 from src.optim.bitdp import BitDP, compressed_rows
-from src.optim.ddp import DDPAdamW, DDPLion, check_ddp_options
-from src.optim.grad_allreduce import COMM_DTYPES, trainable
+from src.optim.ddp import DDPAdamW, DDPLion
+from src.optim.grad_allreduce import trainable
 from src.optim.onebit_adam import OneBitAdam, check_adam_warmup
+
+if TYPE_CHECKING:  # src.optim.variant imports BASELINE_KEYS from here
+    from src.optim.variant import Variant
 
 BASELINE_KEYS = {
     "adamw_grad_allreduce": {"comm_dtype"},
@@ -30,36 +35,28 @@ BASELINE_KEYS = {
 }
 
 
-def _bitdp_options(variant: dict) -> dict:
-    return dict(bits=variant.get("bits", 2), threshold=float(variant.get("threshold", 0.75)))
-
-
-def validate_baseline(kind: str, variant: dict, world_size: int, model: torch.nn.Module | None,
+def validate_baseline(kind: str, variant: Variant, world_size: int, model: torch.nn.Module | None,
                       params: list[torch.Tensor] | None) -> None:
     """Raise ValueError naming the numbers when the baseline `variant` cannot run at `world_size` on `model`
-    (whose trainable parameters, in the optimizer's order, are `params`)."""
-    if kind == "adamw_grad_allreduce" and variant.get("comm_dtype", "fp32") not in COMM_DTYPES:
-        raise ValueError(f"unknown comm_dtype {variant.get('comm_dtype')!r}; choose one of {', '.join(COMM_DTYPES)}")
+    (whose trainable parameters, in the optimizer's order, are `params`). The values' types and ranges are the
+    Variant's (src/optim/variant.py)."""
     if kind == "onebit_adam":
-        check_adam_warmup(variant.get("adam_warmup_steps"))
-    if kind == "ddp":
-        check_ddp_options(variant.get("inner", "lion"), variant.get("comm_hook", "none"),
-                          variant.get("bucket_cap_mb", 25))
+        check_adam_warmup(variant.adam_warmup_steps)
     if kind == "bitdp":
-        make_reducer("bitdp", world_size=world_size, rank=0, **_bitdp_options(variant))
+        make_reducer("bitdp", world_size=world_size, rank=0, bits=variant.bits, threshold=variant.threshold)
         if model is not None:
-            compressed_rows(model, params, variant.get("layers", "all"))
+            compressed_rows(model, params, variant.layers)
 
 
-def build_baseline(kind: str, model: torch.nn.Module, variant: dict, groups: list[dict], *, lr: float,
+def build_baseline(kind: str, model: torch.nn.Module, variant: Variant, groups: list[dict], *, lr: float,
                    betas: tuple[float, float], weight_decay: float, group=None) -> torch.optim.Optimizer:
     common = dict(lr=lr, betas=betas, weight_decay=weight_decay)
     if kind == "adamw_grad_allreduce":
-        return GradAllreduceAdamW(groups, comm_dtype=variant.get("comm_dtype", "fp32"), group=group, **common)
+        return GradAllreduceAdamW(groups, comm_dtype=variant.comm_dtype, group=group, **common)
     if kind == "onebit_adam":
-        return OneBitAdam(groups, adam_warmup_steps=variant["adam_warmup_steps"], group=group, **common)
+        return OneBitAdam(groups, adam_warmup_steps=variant.adam_warmup_steps, group=group, **common)
     if kind == "bitdp":
-        rows = compressed_rows(model, trainable(groups), variant.get("layers", "all"))
-        return BitDP(groups, rows=rows, group=group, **_bitdp_options(variant), **common)
-    cls = DDPLion if variant.get("inner", "lion") == "lion" else DDPAdamW
-    return cls(groups, comm_hook=variant.get("comm_hook", "none"), group=group, **common)
+        rows = compressed_rows(model, trainable(groups), variant.layers)
+        return BitDP(groups, rows=rows, group=group, bits=variant.bits, threshold=variant.threshold, **common)
+    cls = DDPLion if variant.inner == "lion" else DDPAdamW
+    return cls(groups, comm_hook=variant.comm_hook, group=group, **common)

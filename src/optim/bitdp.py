@@ -32,7 +32,7 @@ from src.optim.momentum_sync import classes_of, named_parameters_with_aliases
 LAYERS = ("all", "attn", "mlp", "head")
 
 
-def compressed_rows(model: nn.Module, params: Sequence[torch.Tensor], layers: str = "all") -> list[int]:
+def compressed_rows(model: nn.Module, params: Sequence[torch.Tensor], layers: str) -> list[int]:
     """Per parameter of `params`: its channel count when BitDP compresses it (a linear weight), else 0."""
     if layers not in LAYERS:
         raise ValueError(f"bitdp: unknown layers={layers!r}; choose one of {', '.join(LAYERS)}")
@@ -53,11 +53,11 @@ def compressed_rows(model: nn.Module, params: Sequence[torch.Tensor], layers: st
 
 
 class BitDP(AdamW):
-    """`BitDP(params, lr, betas, weight_decay, rows, bits=2, threshold=0.75, group=None)`; `rows` per trainable
+    """`BitDP(params, lr, betas, weight_decay, rows, bits, threshold, group=None)`; `rows` per trainable
     parameter, in order (see `compressed_rows`)."""
 
     def __init__(self, params: Iterable, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.999),
-                 weight_decay: float = 0.01, *, rows: Sequence[int], bits: int = 2, threshold: float = 0.75,
+                 weight_decay: float = 0.01, *, rows: Sequence[int], bits: int, threshold: float,
                  group=None):
         super().__init__(params, lr=lr, betas=betas, weight_decay=weight_decay)
         self._params = trainable(self.param_groups)

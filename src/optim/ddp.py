@@ -22,15 +22,6 @@ COMM_HOOKS = {"none": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 INNER = ("lion", "adamw")
 
 
-def check_ddp_options(inner, comm_hook, bucket_cap_mb) -> None:
-    if inner not in INNER:
-        raise ValueError(f"ddp: unknown inner optimizer {inner!r}; choose one of {', '.join(INNER)}")
-    if comm_hook not in COMM_HOOKS:
-        raise ValueError(f"ddp: unknown comm_hook {comm_hook!r}; choose one of {', '.join(COMM_HOOKS)}")
-    if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or bucket_cap_mb <= 0:
-        raise ValueError(f"ddp: bucket_cap_mb={bucket_cap_mb!r} must be a positive number of MiB (torch's default 25)")
-
-
 class DDPWire:
     """What DDP's allreduce sends for this optimizer's parameters."""
 
@@ -43,14 +34,14 @@ class DDPWire:
 
 
 class DDPLion(DDPWire, Lion):
-    def __init__(self, params, lr: float, betas: tuple[float, float], weight_decay: float, comm_hook: str = "none",
+    def __init__(self, params, lr: float, betas: tuple[float, float], weight_decay: float, comm_hook: str,
                  group=None):
         Lion.__init__(self, params, lr=lr, betas=betas, weight_decay=weight_decay)
         self._init_wire(comm_hook, group)
 
 
 class DDPAdamW(DDPWire, AdamW):
-    def __init__(self, params, lr: float, betas: tuple[float, float], weight_decay: float, comm_hook: str = "none",
+    def __init__(self, params, lr: float, betas: tuple[float, float], weight_decay: float, comm_hook: str,
                  group=None):
         AdamW.__init__(self, params, lr=lr, betas=betas, weight_decay=weight_decay)
         self._init_wire(comm_hook, group)

@@ -53,7 +53,7 @@ def unflatten_into(tensors: list[torch.Tensor], flat: torch.Tensor, sizes: list[
 class FlatGradientAllreduce:
     """Average the gradients of `params` across the ranks of `group` with one flat SUM allreduce in `comm_dtype`."""
 
-    def __init__(self, params: list[torch.nn.Parameter], comm_dtype: str = "fp32", group=None):
+    def __init__(self, params: list[torch.nn.Parameter], comm_dtype: str, group=None):
         if comm_dtype not in COMM_DTYPES:
             raise ValueError(f"unknown comm_dtype {comm_dtype!r}; choose one of {', '.join(COMM_DTYPES)}")
         if not dist.is_available() or not dist.is_initialized():
@@ -91,10 +91,10 @@ class FlatGradientAllreduce:
 
 
 class GradAllreduceLion(Lion):
-    """`GradAllreduceLion(params, lr, betas, weight_decay, comm_dtype="fp32", group=None)`."""
+    """`GradAllreduceLion(params, lr, betas, weight_decay, comm_dtype, group=None)`."""
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
-                 weight_decay: float = 0.0, comm_dtype: str = "fp32", group=None):
+                 weight_decay: float = 0.0, *, comm_dtype: str, group=None):
         if comm_dtype not in COMM_DTYPES:
             raise ValueError(f"unknown comm_dtype {comm_dtype!r}; choose one of {', '.join(COMM_DTYPES)}")
         super().__init__(params, lr=lr, betas=betas, weight_decay=weight_decay)

@@ -56,8 +56,8 @@ def named_parameters_with_aliases(model: torch.nn.Module) -> list[tuple[str, tor
 class MomentumSync:
     """Average the momentum of `layers` across ranks every `every` steps (every=0 / layers=none: never)."""
 
-    every: int = 0
-    layers: str = "none"
+    every: int
+    layers: str
 
     def __post_init__(self):
         if self.layers not in LAYER_CLASSES:
@@ -70,14 +70,17 @@ class MomentumSync:
 
     @classmethod
     def from_config(cls, cfg: "MomentumSync | Mapping | None") -> "MomentumSync":
-        if cfg is None:
-            return cls()
+        if cfg is None:  # no momentum synchronization
+            return cls(every=0, layers="none")
         if isinstance(cfg, MomentumSync):
             return cfg
         unknown = set(cfg) - {"every", "layers"}
         if unknown:
             raise ValueError(f"momentum_sync takes 'every' and 'layers', not {', '.join(sorted(unknown))}")
-        return cls(every=int(cfg.get("every", 0)), layers=str(cfg.get("layers", "none")))
+        missing = {"every", "layers"} - set(cfg)
+        if missing:
+            raise ValueError(f"momentum_sync needs 'every' and 'layers' (missing: {', '.join(sorted(missing))})")
+        return cls(every=cfg["every"], layers=cfg["layers"])
 
     @property
     def active(self) -> bool:

@@ -15,23 +15,19 @@ import signal
 from dataclasses import dataclass
 
 import torch
-from omegaconf import DictConfig
-
 from src.errors import SetupError
-
-KEYS = ("kill_rank", "kill_at_step", "perturb_rank", "perturb_at_step", "nan_rank", "nan_at_step")
-
+from src.reliability.config import Fault
 
 def restart_count() -> int:
     """How often torchrun has restarted this job's workers (0 on the first attempt or without torchrun)."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
-def _pair(cfg: DictConfig, kind: str, world_size: int) -> tuple[int, int] | None:
-    rank, step = cfg.get(f"{kind}_rank"), cfg.get(f"{kind}_at_step")
+def _pair(fault: Fault, kind: str, world_size: int) -> tuple[int, int] | None:
+    rank, step = getattr(fault, f"{kind}_rank"), getattr(fault, f"{kind}_at_step")
     if rank is None and step is None:
         return None
-    if not (isinstance(rank, int) and isinstance(step, int)) or not 0 <= rank < world_size or step < 1:
+    if rank is None or step is None or not 0 <= rank < world_size or step < 1:
         raise SetupError(f"fault.{kind}_rank={rank!r} fault.{kind}_at_step={step!r}: give both, a rank in "
                          f"0..{world_size - 1} and a step >= 1 (or leave both null)")
     return rank, step
@@ -45,12 +41,10 @@ class Faults:
     rank: int = 0
 
     @classmethod
-    def from_config(cls, cfg: DictConfig | None, rank: int, world_size: int) -> Faults:
-        cfg = cfg or {}
-        unknown = sorted(set(cfg) - set(KEYS))
-        if unknown:
-            raise SetupError(f"unknown fault key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-        return cls(*(_pair(cfg, k, world_size) for k in ("kill", "perturb", "nan")), rank=rank)
+    def from_config(cls, fault: Fault, rank: int, world_size: int) -> Faults:
+        """The faults of the `fault` section (its keys typed by the schema) for `rank`; SetupError when a pair is
+        half given or names a rank outside the world or a step before 1."""
+        return cls(*(_pair(fault, k, world_size) for k in ("kill", "perturb", "nan")), rank=rank)
 
     def _due(self, fault: tuple[int, int] | None, step: int) -> bool:
         return fault is not None and fault == (self.rank, step)

@@ -19,48 +19,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from src.dist.process_group import DistContext, gather_objects
-from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
 from src.reliability.faults import Faults
 from src.reliability.guard import check_replicas
-from src.reliability.nonfinite import POLICIES, NonFiniteStepError, Verdict, vote
+from src.reliability.config import Reliability
+from src.reliability.nonfinite import NonFiniteStepError, Verdict, vote
 from src.reliability.rng import capture_rng_state
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
 
-def _non_negative(value, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SetupError(f"{key}={value!r} must be an integer >= 0 (0: off)")
-    return value
-
-
-def check_reliability_config(cfg: DictConfig, world_size: int) -> None:
-    """The reliability keys are valid (called before training)."""
-    _non_negative(cfg.checkpoint.every, "checkpoint.every")
-    _non_negative(cfg.guard.every, "guard.every")
-    keep = cfg.checkpoint.keep
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise SetupError(f"checkpoint.keep={keep!r} must be a positive integer (how many checkpoints to keep)")
-    if cfg.nonfinite.policy not in POLICIES:
-        raise SetupError(f"nonfinite.policy={cfg.nonfinite.policy!r} is not one of {', '.join(POLICIES)}")
-    Faults.from_config(cfg.get("fault"), 0, world_size)
+def check_reliability_config(reliability: Reliability, world_size: int) -> None:
+    """The fault injection fits the world (called before training; the keys' types and ranges are the schema's)."""
+    Faults.from_config(reliability.fault, 0, world_size)
 
 
 class StepHooks:
-    def __init__(self, cfg: DictConfig, ctx: DistContext, run_dir: Path, model, optimizer, task, meta: dict,
-                 total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None):
+    def __init__(self, reliability: Reliability, ctx: DistContext, run_dir: Path, model, optimizer, task,
+                 meta: dict, total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
-        self.faults = Faults.from_config(cfg.get("fault"), ctx.rank, ctx.world_size)
-        self.policy, self.guard_every = cfg.nonfinite.policy, int(cfg.guard.every)
-        self.checkpoint_every = int(cfg.checkpoint.every)
-        self.manager = CheckpointManager(run_dir / CHECKPOINT_DIR, ctx.rank, ctx.world_size, int(cfg.checkpoint.keep))
+        self.faults = Faults.from_config(reliability.fault, ctx.rank, ctx.world_size)
+        self.policy, self.guard_every = reliability.nonfinite.policy, reliability.guard.every
+        self.checkpoint_every = reliability.checkpoint.every
+        self.manager = CheckpointManager(run_dir / CHECKPOINT_DIR, ctx.rank, ctx.world_size, reliability.checkpoint.keep)
         self.named = named_parameters_with_aliases(model)
         self.params = [p for _, p in self.named]
         self.step, self._before = 0, None

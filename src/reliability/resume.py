@@ -40,8 +40,9 @@ class ResumePoint:
     newest_step: int | None = None  # the run's newest complete checkpoint (later than `checkpoint` unless continuing)
 
 
-def resume_mode(cfg: DictConfig) -> str:
-    value = cfg.get("resume", False)
+def resume_mode(cfg) -> str:
+    """false, true, auto or path: what `resume` of the typed configuration `cfg` (src.engine.schema.Config) asks."""
+    value = cfg.resume
     if value in (False, None) or str(value).lower() in ("false", "no", "0", "null"):
         return "false"
     if value is True or str(value).lower() in ("true", "yes"):
@@ -49,13 +50,13 @@ def resume_mode(cfg: DictConfig) -> str:
     return "auto" if str(value).lower() == "auto" else "path"
 
 
-def reuses_run_dir(cfg: DictConfig) -> bool:
+def reuses_run_dir(cfg) -> bool:
     """May a fresh start write into an existing run folder? With `resume=auto`: the folder is this run's own."""
     return resume_mode(cfg) == "auto"
 
 
-def _run_dir_of(cfg: DictConfig, mode: str) -> Path:
-    if not cfg.run.get("dir"):
+def _run_dir_of(cfg, mode: str) -> Path:
+    if not cfg.run.dir:
         raise SetupError(f"resume={cfg.resume} continues the run in run.dir, but run.dir is not set; add "
                          "run.dir=<the run folder> (or resume=<checkpoint or run folder>)")
     return Path(cfg.run.dir)
@@ -70,7 +71,7 @@ def _from_path(path: Path, manager_for) -> tuple[Path, Checkpoint | None]:
                      f"{CHECKPOINT_DIR}/ inside); give <run>/{CHECKPOINT_DIR}/step_XXXXXXXX or <run>")
 
 
-def _no_checkpoint(cfg: DictConfig, run_dir: Path) -> SetupError:
+def _no_checkpoint(cfg, run_dir: Path) -> SetupError:
     every = cfg.checkpoint.every
     when = "only at the end (checkpoint.every=0)" if not every else f"every {every} steps"
     return SetupError(f"resume={cfg.resume}: no valid checkpoint under {run_dir / CHECKPOINT_DIR} (this "
@@ -78,16 +79,16 @@ def _no_checkpoint(cfg: DictConfig, run_dir: Path) -> SetupError:
                       f"in the same folder with resume=auto run.dir={run_dir}, or start a new run without run.dir")
 
 
-def _mode(cfg: DictConfig, found: Checkpoint, newest: int) -> str:
+def _mode(cfg, found: Checkpoint, newest: int) -> str:
     if newest <= found.step:
         return "continue"
-    return "rewind" if cfg.get("resume_rewind", False) else "branch"
+    return "rewind" if cfg.resume_rewind else "branch"
 
 
-def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoint | None:
+def find_resume_point(cfg, rank: int, world_size: int) -> ResumePoint | None:
     """The checkpoint to resume from, or None for a fresh start; reads files only (no process group)."""
     mode = resume_mode(cfg)
-    if cfg.get("resume_rewind", False) and mode != "path":
+    if cfg.resume_rewind and mode != "path":
         raise SetupError(f"resume_rewind=true applies to resume=<checkpoint folder> (an older checkpoint of a run), "
                          f"not to resume={cfg.resume}")
     if mode == "false":
@@ -113,7 +114,7 @@ def find_resume_point(cfg: DictConfig, rank: int, world_size: int) -> ResumePoin
     newest = max(manager_for(found.path.parent).completed_steps(), default=found.step)
     chosen = _mode(cfg, found, newest) if mode == "path" else "continue"  # true/auto: the newest valid one
     point = ResumePoint(Path(run_dir), found, chosen, newest)
-    if point.mode != "branch" and cfg.run.get("dir") and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
+    if point.mode != "branch" and cfg.run.dir and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
         raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
                          "run.dir unset or give the same folder")
     return point

@@ -18,16 +18,15 @@ import re
 import time
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from src.errors import SetupError
 
 CLAIM_FILE = "attempts.jsonl"  # the first file of every run folder, created exclusively by the run that owns it
 
 
-def default_name(cfg: DictConfig, choices: dict[str, str | None]) -> str:
-    variant = str(cfg.variant.name) + ("+overlap" if cfg.variant.get("overlap") else "")
-    if cfg.run.get("name"):
+def default_name(cfg, choices: dict[str, str | None]) -> str:
+    """The run's folder name from the typed configuration `cfg` (src.engine.schema.Config) and Hydra's choices."""
+    variant = str(cfg.variant.name) + ("+overlap" if cfg.variant.overlap else "")
+    if cfg.run.name:
         name = str(cfg.run.name)
     elif choices.get("exp"):
         name = f"{choices['exp']}" + ("" if variant in choices["exp"] else f"-{variant}")
@@ -49,12 +48,13 @@ def with_suffix(path: Path, n: int) -> Path:
     return path if n == 1 else path.with_name(f"{path.name}-{n}")
 
 
-def plan_run_dir(cfg: DictConfig, choices: dict[str, str | None], reuse: bool = False) -> Path:
-    """The folder this run will write to; raises SetupError if it would overwrite an earlier run.
+def plan_run_dir(cfg, choices: dict[str, str | None], reuse: bool = False) -> Path:
+    """The folder this run of the typed configuration `cfg` will write to; raises SetupError if it would overwrite
+    an earlier run.
 
     `reuse` allows an existing run folder as `run.dir`: `resume=auto` starting again in its own folder.
     """
-    if cfg.run.get("dir"):
+    if cfg.run.dir:
         path = Path(cfg.run.dir)
         if path.exists() and not (path.is_dir() and (not any(path.iterdir()) or (reuse and is_run_folder(path)))):
             hint = (" (resume=auto starts again in a folder only when it holds a lioncub run)" if reuse else

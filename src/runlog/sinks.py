@@ -10,24 +10,42 @@ folder exists, rather than letting `wandb.init` fail after it was made.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from omegaconf import DictConfig, OmegaConf
 
 from src.errors import SetupError
+from src.utils.typecheck import OneOf
 from src.runlog.metrics import MetricsWriter
 
 LOGGERS = ("local", "none", "wandb")
+MODES = ("offline", "online", "disabled")  # W&B's
 METRICS_FILE = "metrics.jsonl"
 
 
-def check_logger(cfg: DictConfig) -> None:
-    name = cfg.logger.get("name")
-    if name not in LOGGERS:
-        raise SetupError(f"logger.name={name!r} is not one of {', '.join(LOGGERS)} (conf/logger/)")
-    if name == "wandb" and cfg.logger.get("mode", "offline") not in ("offline", "online", "disabled"):
-        raise SetupError(f"logger.mode={cfg.logger.mode!r} is not one of offline, online, disabled")
-    if name == "wandb" and cfg.logger.get("mode") == "online" and not wandb_credentials():
+@dataclass(frozen=True)
+class Logger:
+    """The logger section of the configuration (conf/logger/); mode, project, entity, group and tags are W&B's
+    (conf/logger/wandb.yaml), None for the other loggers."""
+
+    name: Annotated[str, OneOf(LOGGERS)]
+    mode: Annotated[str, OneOf(MODES)] | None
+    project: str | None
+    entity: str | None
+    group: str | None
+    tags: list | None
+
+
+def check_logger(logger: Logger) -> None:
+    """The logger can log here (its keys' types and choices are the schema's, src/engine/schema.py)."""
+    if logger.name != "wandb":
+        return
+    missing = [key for key in ("mode", "project") if getattr(logger, key) is None]
+    if missing:
+        raise SetupError(f"logger=wandb needs logger.{' and logger.'.join(missing)} (conf/logger/wandb.yaml sets them)")
+    if logger.mode == "online" and not wandb_credentials():
         raise SetupError(f"logger=wandb logger.mode=online, but W&B has no API key here (no WANDB_API_KEY, no entry "
                          f"for {wandb_host()} in {netrc_path()}): run `wandb login` once, or log offline with "
                          "logger.mode=offline (`wandb sync` uploads the run later)")
@@ -59,14 +77,16 @@ def wandb_credentials() -> bool:
 class Sinks:
     """Fan a row out to every sink of this rank."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path | None, is_main: bool, replay: list[dict] = ()):
+    def __init__(self, cfg: DictConfig, logger: Logger, run_dir: Path | None, is_main: bool,
+                 replay: list[dict] = ()):
+        """`cfg`: the whole configuration, W&B's record of the run; `logger`: its typed logger section."""
         self.metrics = MetricsWriter(run_dir / METRICS_FILE) if is_main else None
         self.wandb = None
-        if is_main and cfg.logger.name == "wandb":
+        if is_main and logger.name == "wandb":
             from src.runlog.wandb_logger import WandbLogger
 
-            group = cfg.logger.get("group") or (Path(cfg.run.sweep).name if cfg.run.get("sweep") else None)
-            self.wandb = WandbLogger(cfg.logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_dir.name,
+            group = logger.group or (Path(cfg.run.sweep).name if cfg.run.sweep else None)
+            self.wandb = WandbLogger(logger, run_dir, OmegaConf.to_container(cfg, resolve=True), run_dir.name,
                                      group=group)
             for row in replay:
                 self.wandb.log(row)

@@ -13,22 +13,21 @@ import secrets
 import string
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING
 
 from src.runlog.wandb_offline import wait_until_complete
 
+if TYPE_CHECKING:  # src.runlog.sinks imports this module when W&B logs
+    from src.runlog.sinks import Logger
+
 ID_FILE = "wandb_id"
-MODES = ("offline", "online", "disabled")
 
 
 class WandbLogger:
-    def __init__(self, logger_cfg: DictConfig, run_dir: Path, config: dict, name: str, group: str | None = None):
+    def __init__(self, logger: Logger, run_dir: Path, config: dict, name: str, group: str | None = None):
         import wandb
 
-        mode = logger_cfg.get("mode", "offline")
-        if mode not in MODES:
-            raise ValueError(f"logger.mode={mode!r} is not one of {', '.join(MODES)}")
-        self.mode = mode
+        mode = self.mode = logger.mode  # one of MODES (checked by the schema, src/engine/schema.py)
         id_file = Path(run_dir) / ID_FILE
         if id_file.is_file():
             run_id = id_file.read_text().strip()
@@ -39,10 +38,9 @@ class WandbLogger:
         if (folder / "wandb").exists():
             folder = folder / "wandb" / f"attempt{1 + len(list((folder / 'wandb').glob('attempt*')))}"
             folder.mkdir(parents=True)
-        tags = logger_cfg.get("tags") or []
-        tags = OmegaConf.to_container(tags, resolve=True) if OmegaConf.is_config(tags) else list(tags)
-        self.run = wandb.init(project=logger_cfg.get("project", "lioncub"), entity=logger_cfg.get("entity"),
-                              group=group or logger_cfg.get("group"), tags=tags, name=name, id=run_id, resume="allow",
+        tags = list(logger.tags or [])
+        self.run = wandb.init(project=logger.project, entity=logger.entity,
+                              group=group or logger.group, tags=tags, name=name, id=run_id, resume="allow",
                               mode=mode, dir=str(folder), config=config)
         self.run.define_metric("step")
 

@@ -89,8 +89,3 @@ def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(values, op=dist.ReduceOp.SUM)
     return values
 
-
-def positive_int(value: Any, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SetupError(f"{key}={value!r} must be a positive integer")
-    return value

@@ -11,7 +11,7 @@ import torch
 
 from src.data import TokenWindows
 from src.errors import SetupError
-from src.engine.tasks.base import Task, positive_int, sum_over_ranks
+from src.engine.tasks.base import Task, sum_over_ranks
 from src.models.gpt import check_stated
 
 
@@ -22,8 +22,7 @@ class GPTTask(Task):
     data_kinds = ("tokens",)
 
     def check_model(self, model: torch.nn.Module) -> None:
-        block = positive_int(self.cfg.data.block_size, "data.block_size")
-        positive_int(self.cfg.data.batch_size, "data.batch_size")
+        block = self.cfg.data.block_size  # a positive integer, as the schema typed data.block_size
         try:
             check_stated(self.model_params(), model.config)
         except ValueError as exc:
@@ -62,7 +61,7 @@ class GPTTask(Task):
         was_training = model.training
         model.eval()
         self.val.load_state_dict(self._val_start)
-        n = positive_int(self.cfg.train.eval_batches, "train.eval_batches")
+        n = self.cfg.train.eval_batches
         total = torch.zeros((), dtype=torch.float64, device=self.ctx.device)
         for _ in range(n):
             total += self.loss(model, self.val.next_batch()).double()

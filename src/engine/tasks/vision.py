@@ -22,7 +22,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from src.data import CIFAR100Folder, eval_transform, train_transform
 from src.errors import SetupError
-from src.engine.tasks.base import Task, positive_int, sum_over_ranks
+from src.engine.tasks.base import Task, sum_over_ranks
 
 
 class _ResumableSampler(Sampler):
@@ -50,8 +50,7 @@ class VisionTask(Task):
     def check_model(self, model: torch.nn.Module) -> None:
         """Run a 2-image batch of the data's shape through (a meta copy of) the model and check its classes."""
         d = self.cfg.data
-        img, classes = positive_int(d.img_size, "data.img_size"), positive_int(d.num_classes, "data.num_classes")
-        positive_int(d.batch_size, "data.batch_size")
+        img, classes = d.img_size, d.num_classes  # positive integers, as the schema typed them
         was_training = model.training
         model.eval()
         try:

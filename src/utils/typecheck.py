@@ -5,7 +5,12 @@ A schema is a dataclass whose field annotations say what each key may hold: `int
 `Range(ge=, gt=, le=, lt=)`, `OneOf(choices)` and `Doc(text)` (how to describe an allowed value). `problems(cfg,
 schema)` walks the config (resolving interpolations) and returns one line per problem, each naming the key, the
 value and what is allowed, e.g. `optim.beta1=1.5: must be a number in [0, 1)` or `train.stepz=2: unknown key; did
-you mean train.steps?`. It never stops at the first problem, so a user fixes a command line in one go.
+you mean train.steps?`. It never stops at the first problem, so a user fixes a command line in one go. A key the
+schema names is missing when its annotation does not admit null and its field has no default.
+
+`build(cfg, schema)` turns a config without problems into the schema's dataclass, nested sections into their own
+dataclasses, mappings and lists into plain ones, and a key the config leaves out (one that admits null) into None:
+the typed object a component reads instead of the config.
 
 Why not Hydra's own structured-config checking: it stops at the first problem, cannot express ranges, and reports
 from inside Hydra with exit status 1 on every rank of a torchrun job, before lioncub can print once from rank 0.
@@ -19,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
@@ -148,11 +153,25 @@ def _unknown(key: str, prefix: str, known: list[str]) -> str:
     return f"unknown key{hint} ({where}: {', '.join(known)})"
 
 
+def admits_none(tp) -> bool:
+    if get_origin(tp) is Annotated:
+        return admits_none(get_args(tp)[0])
+    return tp is type(None) or tp is Any or type(None) in _options(tp)
+
+
+def _required(schema: type) -> list[str]:
+    """The fields of `schema` a config must give: not nullable, without a default."""
+    hints = get_type_hints(schema, include_extras=True)
+    return [f.name for f in dataclasses.fields(schema) if not admits_none(hints[f.name])
+            and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
 def problems(cfg: Mapping | DictConfig, schema: type, prefix: str = "", skip: tuple[str, ...] = ()) -> list[str]:
     """Every problem of mapping `cfg` against dataclass `schema` (keys in `skip` are left to the caller)."""
     hints = get_type_hints(schema, include_extras=True)
     dot = f"{prefix}." if prefix else ""
-    found = []
+    found = [f"{dot}{name}: missing (must be {describe(hints[name])})" for name in _required(schema)
+             if name not in cfg and name not in skip]
     for name in cfg:
         key = f"{dot}{name}"
         try:
@@ -168,3 +187,27 @@ def problems(cfg: Mapping | DictConfig, schema: type, prefix: str = "", skip: tu
             continue
         found += check(value, hints[name], key)
     return found
+
+
+def build(value: Any, tp) -> Any:
+    """`value` (a config checked against `tp` without problems) as the typed object `tp` describes."""
+    if get_origin(tp) is Annotated:
+        return build(value, get_args(tp)[0])
+    if value is None:
+        return None
+    for option in _options(tp):
+        if option is not type(None) and _valid(value, option):
+            return build(value, option)
+    if dataclasses.is_dataclass(tp) and isinstance(value, (Mapping, DictConfig)):
+        hints = get_type_hints(tp, include_extras=True)
+        return tp(**{f.name: build(value[f.name] if f.name in value else None, hints[f.name])
+                     for f in dataclasses.fields(tp) if f.name in value or f.default is dataclasses.MISSING})
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {k: build(v, Any) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [build(v, Any) for v in value]
+    if tp is float and not isinstance(value, bool) and isinstance(value, int):
+        return float(value)
+    return value
