@@ -38,7 +38,7 @@ from src.comm.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_wor
 from src.comm.pipeline import Chunk, ChunkPlan
 from src.comm.wire import ring_allreduce_bytes
 from src.quant import check_method
-from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, segment_inverse
+from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, block_stats_of_pieces, segment_inverse
 from src.utils.adjustment import Adjustment
 
 
@@ -123,6 +123,12 @@ class PBitReducer(ChunkedReducer):
 
     def observe(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor) -> None:
         reduction.scales.observe(chunk, values)
+
+    def observe_vector(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor) -> None:
+        """The block statistics from the chunk's pieces of the flat vector: |x| goes straight into the scratch (which
+        the encode that follows overwrites), with no padded copy of the values first."""
+        reduction.scales.observe_pieces(chunk, [(vector[p.unpadded: p.unpadded + p.length], p.at)
+                                                for p in chunk.pieces], reduction.scratch[: chunk.length])
 
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         """Quantize, shift and pack the chunk's values into the slot's words (one fused pass)."""
@@ -243,6 +249,16 @@ class _Scales:
             first = chunk.start // BLOCK
             block_stats(values.view(-1, BLOCK), self.reducer.quant,
                         out=self.stats[first: first + chunk.length // BLOCK], buffer=self.buffer)
+        self.stats_done += 1
+
+    def observe_pieces(self, chunk: Chunk, pieces: list[tuple[torch.Tensor, int]], magnitude: torch.Tensor) -> None:
+        """`observe` from the chunk's valid values (each at its offset in the chunk; the padding is zero), with a
+        chunk-sized buffer for their magnitudes."""
+        assert chunk.index == self.stats_done, "chunks are observed in order"
+        with self.reducer.timer.phase("quantize"):
+            first = chunk.start // BLOCK
+            block_stats_of_pieces(pieces, self.reducer.quant, self.stats[first: first + chunk.length // BLOCK],
+                                  magnitude)
         self.stats_done += 1
 
     def _inverses_through(self, segments: int) -> None:
