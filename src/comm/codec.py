@@ -100,7 +100,9 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
     n must be a multiple of k * BLOCK (k fields per word): viewed as [k, n / (k BLOCK), BLOCK], every field plane is
     a whole number of blocks, and the compiled loop needs no division to find an element's block. The words are
     written through a [words / BLOCK, BLOCK] view of `out` and, with one field per word (8-bit), the codes are the
-    words themselves: the compiled loop then runs over blocks of the update and the words alike.
+    words themselves: the compiled loop then runs over blocks of the update and the words alike. The tensors may
+    be given as [blocks, BLOCK] views (the pbit reducer does, for 8-bit): with a static row length, the compiled
+    loop finds a value's block without the division by a symbolic length a flat view costs.
     """
     k = fields_per_word(bits)
     if k == 1:

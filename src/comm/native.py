@@ -7,10 +7,15 @@ a copy of the same bytes. `native_kernels.c` holds the decoders (`decode_sums`, 
 and the same float32 operations in the same order as the torch code, so their results are equal bit for bit
 (tested against the eager path on adversarial inputs).
 
-`twin(fn)` gives the loop that replaces the compiled `fn` on CPU tensors (None where there is none, or where no C
-compiler is found: the inductor kernel then runs, with the same result). The library is built once per source,
-compiler flags and CPU model, under the temporary directory, with `cc -O3 -march=native` (IEEE float semantics: no
-FMA contraction), and loaded with ctypes. GPUs keep the Triton kernels.
+`block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in
+torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
+(checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
+
+`src.comm.codec.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
+False, doing nothing, for other tensors; where no C compiler is found the inductor kernel runs, same result). The
+library is built once per source, compiler flags and CPU (model, ISA, feature flags), under the temporary
+directory, with `cc -O3 -march=native` (IEEE float semantics: no FMA contraction, no fast math), and loaded with
+ctypes. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread per rank).
 """
 from __future__ import annotations
 
@@ -66,7 +71,8 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_decode_sums.argtypes = [ptr, ptr, i64, i32, f32, i32, i32, f32]
     lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
     lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
-    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit):
+    lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
+    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1):
         fn.restype = None
     return lib
 
@@ -106,4 +112,38 @@ def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, po
             or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31):
         return False
     library().lc_majority_1bit(out.data_ptr(), received.data_ptr(), out.numel(), world_size, int(positive))
+    return True
+
+
+_LANES: list = []  # [the vector width whose order torch.sum follows here, or None], once checked
+
+
+def _l1_lanes() -> int | None:
+    """The vector width w for which `lc_block_l1` adds in torch.sum(x.abs(), dim=1)'s order on this machine and
+    torch build (checked once on 4096 rows of values spread over 60 binades, bit for bit), or None."""
+    if not _LANES:
+        lanes = None
+        if library() is not None:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(4096, 128, generator=g) * torch.exp2(torch.randint(-30, 30, (4096, 1), generator=g).float())
+            x[:, ::7] *= 1e6
+            x[0], x[1, 5], x[2, 9] = 0.0, float("inf"), -0.0
+            expected = torch.sum(x.abs(), dim=1)
+            for width in (8, 16, 4, 32):
+                got = torch.empty_like(expected)
+                library().lc_block_l1(got.data_ptr(), x.data_ptr(), x.shape[0], width)
+                if torch.equal(got.view(torch.int32), expected.view(torch.int32)):
+                    lanes = width
+                    break
+        _LANES.append(lanes)
+    return _LANES[0]
+
+
+def block_l1(out: torch.Tensor, blocks: torch.Tensor) -> bool:
+    """out[i] = sum |blocks[i]| for a [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats('l1')
+    gives it; False (nothing done) where the tensors are not plain CPU ones or the order was not reproduced."""
+    if (not _plain(out, blocks) or blocks.dtype != torch.float32 or out.dtype != torch.float32 or blocks.dim() != 2
+            or blocks.shape[1] != 128 or out.numel() != blocks.shape[0] or _l1_lanes() is None):
+        return False
+    library().lc_block_l1(out.data_ptr(), blocks.data_ptr(), blocks.shape[0], _l1_lanes())
     return True

@@ -7,6 +7,7 @@ the same float32 operations, in the same order, as the torch code of its namesak
 no reciprocal: the build flags keep IEEE float semantics), so the results are equal bit for bit. */
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 static inline float sign_of(float d) { return d > 0.0f ? 1.0f : (d < 0.0f ? -1.0f : 0.0f); }
 
@@ -89,5 +90,37 @@ void lc_majority_1bit(uint8_t *restrict out, const uint8_t *restrict received, i
             }
         }
         for (int64_t i = 0; i < n; i++) out[start + i] = greater[i] | equal[i];
+    }
+}
+
+/* block_l1: per row of 128 floats, sum |x| in the order torch.sum(x.abs(), dim=1) adds them on CPU (its
+   vectorised inner sum with `lanes`-wide vectors: four vector accumulators taking vectors 4i + k in turn, then
+   added together, then their lanes in order); src/comm/native.py uses it only where it reproduced torch exactly. */
+static inline void block_l1_rows(float *restrict out, const float *restrict x, int64_t rows, const int lanes) {
+    const int width = 128, vectors = width / lanes, groups = vectors / 4;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict row = x + r * width;
+        float acc[4][64];
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < lanes; l++) acc[k][l] = 0.0f;
+        for (int i = 0; i < groups; i++)
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < lanes; l++) acc[k][l] += fabsf(row[(4 * i + k) * lanes + l]);
+        for (int i = groups * 4; i < vectors; i++)
+            for (int l = 0; l < lanes; l++) acc[0][l] += fabsf(row[i * lanes + l]);
+        for (int k = 1; k < 4; k++)
+            for (int l = 0; l < lanes; l++) acc[0][l] += acc[k][l];
+        float total = 0.0f;
+        for (int l = 0; l < lanes; l++) total += acc[0][l];
+        out[r] = total;
+    }
+}
+
+void lc_block_l1(float *restrict out, const float *restrict x, int64_t rows, int lanes) {
+    switch (lanes) {  /* constant widths: loops the compiler unrolls and vectorises */
+        case 4: block_l1_rows(out, x, rows, 4); break;
+        case 8: block_l1_rows(out, x, rows, 8); break;
+        case 16: block_l1_rows(out, x, rows, 16); break;
+        default: block_l1_rows(out, x, rows, 32); break;
     }
 }
