@@ -12,7 +12,7 @@ import torch
 import torch._inductor.config
 import torch.distributed as tdist
 
-from src.comm import codec, make_reducer
+from src.comm import codec, make_reducer, native
 from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
 from src.bench.gpu_check.codecs import adversarial  # the same vectors the GPU check compares
@@ -25,6 +25,10 @@ def both(fn, *args, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     runner = codec.kernel(fn, True)
     runner(compiled, *args)
     assert runner.compiled is not None, f"{fn.__name__} fell back to eager: the comparison would prove nothing"
+    if runner.native is not None:  # the explicit CPU loop ran: inductor's kernel (a GPU's Triton twin) must agree too
+        inductor = torch.empty_like(out)
+        runner.inductor(inductor, *args)
+        assert equal_bits(inductor, compiled), f"{fn.__name__}: inductor's kernel and the explicit loop differ"
     return eager, compiled
 
 
@@ -85,6 +89,22 @@ def test_compiled_and_eager_8bit_levels_and_field_sums_are_bitwise_equal():
         fields = torch.stack([(words.to(torch.int32) >> (bits * j)) & ((1 << bits) - 1) for j in range(k)])
         direction = (fields.view(-1).float() - world / 2) * (2 if votes else 1)
         assert equal_bits(eager, torch.sign(direction) if majority else direction / float(world))
+
+
+def test_explicit_l1_block_sums_equal_torchs():
+    """Fast: the explicit CPU loop for the L1 block statistics (src/comm/native.py) gives `block_stats`' sums bit
+    for bit on adversarial values (NaN where torch gives NaN), whole views and one row alike."""
+    x = adversarial(BLOCK * 64, seed=7).view(-1, BLOCK)
+    expected = block_stats(x, "l1")
+    got = torch.empty(64)
+    if not native.block_l1(got, x):
+        pytest.skip("no C compiler here, or torch.sum adds in an order the loop does not reproduce")
+    nan = expected.isnan()
+    assert torch.equal(got.isnan(), nan) and equal_bits(got[~nan], expected[~nan])
+    for row in (0, 17, 63):
+        one = torch.empty(1)
+        assert native.block_l1(one, x[row: row + 1])
+        assert equal_bits(one, got[row: row + 1]) or (one.isnan().all() and nan[row])
 
 
 @pytest.mark.slow

@@ -145,6 +145,13 @@ class ChunkedReducer(Reducer):
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def observe_vector(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor) -> None:
+        """`observe` the chunk of the flat unpadded `vector` (here from its padded copy in the scratch, which the
+        encode that follows overwrites)."""
+        with self.timer.phase("quantize"):
+            values = vector_chunk(vector, chunk, reduction.scratch)
+        self.observe(reduction, chunk, values)
+
     def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int) -> Exchange:
         """The chunk's collective(s): yields each one's work handle, returns the words `decode` reads."""
         raise NotImplementedError
@@ -192,15 +199,10 @@ class ChunkedReducer(Reducer):
 
 def encode_from_vector(reducer: ChunkedReducer, reduction: Reduction, chunk: Chunk, update: torch.Tensor,
                        slot: int) -> torch.Tensor:
-    """Encode the chunk of the flat vector `update`, first showing the reducer the chunks its scales need (the
-    copies of padded chunks are timed as `quantize`)."""
-    held = None
+    """Encode the chunk of the flat vector `update`, first showing the reducer the chunks its scales need
+    (`observe_vector`; the copy of a padded chunk is timed as `quantize`)."""
     for ahead in reducer.statistics_wanted(reduction, chunk):
-        with reducer.timer.phase("quantize"):
-            values = vector_chunk(update, ahead, reduction.scratch)
-        reducer.observe(reduction, ahead, values)
-        held = ahead
-    if held is not chunk:
-        with reducer.timer.phase("quantize"):
-            values = vector_chunk(update, chunk, reduction.scratch)
+        reducer.observe_vector(reduction, ahead, update)
+    with reducer.timer.phase("quantize"):
+        values = vector_chunk(update, chunk, reduction.scratch)
     return reducer.encode(reduction, chunk, values, slot)

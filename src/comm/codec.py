@@ -15,7 +15,10 @@ bit for bit (tested); only the integer packing is written two ways (src/comm/pac
 - `decode_signs_1bit`: 1-bit majority words -> +-1;
 - `encode_cast`, `decode_sign`: the full-precision reference reducers.
 Fields are laid out planar (src/comm/packing.py): value i of a chunk of n = k m values is field i // m of word i % m.
-Deliberate difference from the paper: its CuPy kernels are hand-written; ours are generated from this torch code.
+On CPU, the compiled `decode_sums`, `decode_signs_1bit` and `majority_1bit` run as explicit C loops
+(src/comm/native.py: inductor's AVX2 code loads integer vectors slowly), equal bit for bit to this torch code.
+Deliberate difference from the paper: its CuPy kernels are hand-written; ours are generated from this torch code
+(except those three CPU loops).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import warnings
 
 import torch
 
+from src.comm import native
 from src.comm.packing import fields_per_word, fold, spread
 from src.quant.blocks import BLOCK, quantize_blocks
 
@@ -55,13 +59,21 @@ class _Compiled:
     """`fn` under torch.compile, with every tensor argument's length marked dynamic (ints and strings stay
     constants: `dynamic=True` would make the field width symbolic too, and the loop slow), except for the functions
     in STATIC_SHAPES. Where compiling fails
-    (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result."""
+    (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result.
+    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py), where they can be built."""
 
     def __init__(self, fn):
         self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
         self.dynamic = fn not in STATIC_SHAPES
+        self.native = NATIVE.get(fn) if fn in NATIVE and native.library() is not None else None
 
     def __call__(self, *args):
+        if self.native is not None and self.native(*args):  # plain CPU tensors: done by the explicit loop
+            return None
+        return self.inductor(*args)
+
+    def inductor(self, *args):
+        """The torch.compile'd kernel (Triton on GPU, C++ on CPU), or `fn` itself where compiling failed."""
         if self.compiled is not None:
             for arg in args:
                 if isinstance(arg, torch.Tensor) and self.dynamic:
@@ -88,7 +100,9 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
     n must be a multiple of k * BLOCK (k fields per word): viewed as [k, n / (k BLOCK), BLOCK], every field plane is
     a whole number of blocks, and the compiled loop needs no division to find an element's block. The words are
     written through a [words / BLOCK, BLOCK] view of `out` and, with one field per word (8-bit), the codes are the
-    words themselves: the compiled loop then runs over blocks of the update and the words alike.
+    words themselves: the compiled loop then runs over blocks of the update and the words alike. The tensors may
+    be given as [blocks, BLOCK] views (the pbit reducer does, for 8-bit): with a static row length, the compiled
+    loop finds a value's block without the division by a symbolic length a flat view costs.
     """
     k = fields_per_word(bits)
     if k == 1:
@@ -160,6 +174,9 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> None:
 # Compiled for each length they meet (a run meets two: the chunk and the last chunk): with a symbolic length,
 # inductor flattens the [8, m] output of the 1-bit decode into one loop with a division per element, 40x slower.
 STATIC_SHAPES = {decode_signs_1bit}
+# On CPU, these run as explicit C loops instead (src/comm/native.py: inductor's AVX2 integer loads are slow).
+NATIVE = {decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
+          majority_1bit: native.majority_1bit}
 
 
 def encode_cast(out: torch.Tensor, update: torch.Tensor) -> None:

@@ -31,14 +31,14 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm import codec
+from src.comm import codec, native
 from src.comm.base import VOTES, ZERO_RULES, Reduction, check_choice, tie_value
 from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
 from src.comm.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_word, packed_bytes, word_dtype
 from src.comm.pipeline import Chunk, ChunkPlan
 from src.comm.wire import ring_allreduce_bytes
 from src.quant import check_method
-from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, segment_inverse
+from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, block_stats_of_pieces, segment_inverse
 from src.utils.adjustment import Adjustment
 
 
@@ -124,6 +124,12 @@ class PBitReducer(ChunkedReducer):
     def observe(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor) -> None:
         reduction.scales.observe(chunk, values)
 
+    def observe_vector(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor) -> None:
+        """The block statistics from the chunk's pieces of the flat vector: |x| goes straight into the scratch (which
+        the encode that follows overwrites), with no padded copy of the values first."""
+        reduction.scales.observe_pieces(chunk, [(vector[p.unpadded: p.unpadded + p.length], p.at)
+                                                for p in chunk.pieces], reduction.scratch[: chunk.length])
+
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         """Quantize, shift and pack the chunk's values into the slot's words (one fused pass)."""
         words = self.words(reduction.plan, slot, reduction.device)[: chunk.length // fields_per_word(self.bits)]
@@ -136,8 +142,12 @@ class PBitReducer(ChunkedReducer):
                 reduction.kernel(codec.encode_signs)(words, values, self.bits)
             else:
                 noise = self._noise(chunk, reduction) if hasattr(reduction, "generator") else None
+                if fields_per_word(self.bits) == 1:  # [blocks, BLOCK] views: the compiled loop needs no division
+                    words, values = words.view(-1, BLOCK), values.view(-1, BLOCK)
+                    noise = None if noise is None else noise.view(-1, BLOCK)
                 reduction.kernel(codec.encode_levels)(words, values, inverse, noise, self.quant, self.levels,
                                                       self.bits)
+                words = words.view(-1)
         return words
 
     def _noise(self, chunk: Chunk, reduction: Reduction) -> torch.Tensor:
@@ -241,9 +251,39 @@ class _Scales:
         assert chunk.index == self.stats_done, "chunks are observed in order"
         with self.reducer.timer.phase("quantize"):
             first = chunk.start // BLOCK
-            block_stats(values.view(-1, BLOCK), self.reducer.quant,
-                        out=self.stats[first: first + chunk.length // BLOCK], buffer=self.buffer)
+            out = self.stats[first: first + chunk.length // BLOCK]
+            if not (self.reducer.quant == "l1" and native.block_l1(out, values.view(-1, BLOCK))):
+                block_stats(values.view(-1, BLOCK), self.reducer.quant, out=out, buffer=self.buffer)
         self.stats_done += 1
+
+    def observe_pieces(self, chunk: Chunk, pieces: list[tuple[torch.Tensor, int]], magnitude: torch.Tensor) -> None:
+        """`observe` from the chunk's valid values (each at its offset in the chunk; the padding is zero), with a
+        chunk-sized buffer for their magnitudes."""
+        assert chunk.index == self.stats_done, "chunks are observed in order"
+        with self.reducer.timer.phase("quantize"):
+            first = chunk.start // BLOCK
+            out = self.stats[first: first + chunk.length // BLOCK]
+            if not (self.reducer.quant == "l1" and self._l1_of_pieces(pieces, out)):
+                block_stats_of_pieces(pieces, self.reducer.quant, out, magnitude)
+        self.stats_done += 1
+
+    def _l1_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
+        """L1 block statistics with the explicit CPU loop (src/comm/native.py), straight from the pieces: whole
+        blocks in place, a piece's last, partial block from a zero-padded copy. False where the loop cannot run."""
+        if not (native.block_l1(out[:0], self.buffer[:0].view(0, BLOCK))
+                and all(values.is_contiguous() and values.device.type == "cpu" for values, _ in pieces)):
+            return False
+        out.zero_()
+        for values, at in pieces:
+            whole = values.numel() - values.numel() % BLOCK
+            row = at // BLOCK
+            native.block_l1(out[row: row + whole // BLOCK], values[:whole].view(-1, BLOCK))
+            if whole < values.numel():
+                last = self.buffer[:BLOCK]
+                last[values.numel() - whole:].zero_()
+                last[: values.numel() - whole].copy_(values[whole:])
+                native.block_l1(out[row + whole // BLOCK: row + whole // BLOCK + 1], last.view(1, BLOCK))
+        return True
 
     def _inverses_through(self, segments: int) -> None:
         """The inverse scales of the first `segments` layers (their blocks' statistics are all observed)."""

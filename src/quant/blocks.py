@@ -3,7 +3,8 @@
 A flat update vector is cut into segments (the parameter tensors). Each segment is laid out at a multiple of
 `BLOCK` elements and zero-padded to one (`BlockLayout`), so that every block of `BLOCK` elements belongs to one
 segment. Then, with one pass and no loop over segments:
-- `block_stats`: per block, sum |x| (`l1`) or max |x| (the others), one row reduction of a [blocks, BLOCK] view;
+- `block_stats`: per block, sum |x| (`l1`) or max |x| (the others), one row reduction of a [blocks, BLOCK] view
+  (`block_stats_of_pieces`: the same from the unpadded pieces of a range, with no padded copy);
 - `segment_inverse`: per segment, the inverse scale, from its blocks' statistics with one `segment_reduce`
   (sums accumulate in float64, in block order: deterministic, and the same whether the blocks were computed all at
   once or chunk by chunk, as the pipelined reducers do);
@@ -112,6 +113,22 @@ def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = No
         magnitude = torch.abs(part, out=buffer[: part.numel()].view_as(part))
         reduce(magnitude, dim=1, out=out[first: first + part.shape[0]])
     return out
+
+
+def block_stats_of_pieces(pieces: Sequence[tuple[torch.Tensor, int]], method: str, out: torch.Tensor,
+                          magnitude: torch.Tensor) -> torch.Tensor:
+    """`block_stats` of a zero-padded range given by its pieces, without a padded copy of the values: each piece is
+    (values, offset in the range), in order; what no piece covers is zero. `magnitude`, a buffer as long as the
+    range (a whole number of blocks), receives |x| in the padded layout, then one row reduction fills `out`; every
+    row holds what the padded range's row holds, so its result is the same."""
+    reduce = torch.sum if method == "l1" else torch.amax
+    end = 0
+    for values, at in pieces:
+        magnitude[end: at].zero_()
+        torch.abs(values, out=magnitude[at: at + values.numel()])
+        end = at + values.numel()
+    magnitude[end:].zero_()
+    return reduce(magnitude.view(-1, BLOCK), dim=1, out=out)
 
 
 def _inverse(stat: torch.Tensor, numerator: float) -> torch.Tensor:

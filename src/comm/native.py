@@ -1,0 +1,149 @@
+"""Explicit CPU loops for the codec steps inductor does not vectorise well (Lion Cub, Section 6).
+
+On AVX2, inductor's generated C++ loads every integer vector through a stack copy (`Vectorized<int>::loadu(ptr,
+count)`: a stalled store-to-load forward per vector), so the decoders, which read packed words, ran 4-6x slower than
+a copy of the same bytes. `native_kernels.c` holds the decoders (`decode_sums`, `decode_signs_1bit`,
+`majority_1bit`) as plain C loops that the C compiler vectorises for the machine; they compute the same integers
+and the same float32 operations in the same order as the torch code, so their results are equal bit for bit
+(tested against the eager path on adversarial inputs).
+
+`block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in
+torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
+(checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
+
+`src.comm.codec.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
+False, doing nothing, for other tensors; where no C compiler is found the inductor kernel runs, same result). The
+library is built once per source, compiler flags and CPU (model, ISA, feature flags), under the temporary
+directory, with `cc -O3 -march=native` (IEEE float semantics: no FMA contraction, no fast math), and loaded with
+ctypes. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread per rank).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from src.comm.packing import fields_per_word, word_dtype
+from src.utils import machine
+
+SOURCE = Path(__file__).with_name("native_kernels.c")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-std=c99", "-shared", "-fPIC")
+_LIBRARY: list = []  # [ctypes.CDLL or None], once loaded (or found unavailable)
+
+
+def _cpu_flags() -> bytes:
+    """The CPU's feature flags (what -march=native builds for), so that a library is never loaded on another CPU."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            return next((line for line in f if line.startswith((b"flags", b"Features"))), b"")
+    except OSError:
+        return b""
+
+
+def _build() -> ctypes.CDLL | None:
+    """The compiled library (built if not cached), or None without a C compiler or where the build fails."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), compiler.encode(), machine.cpu_model().encode(),
+                                     machine.cpu_isa().encode(), _cpu_flags()])).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"lioncub-native-{os.getuid()}"
+    library = folder / f"codec-{key}.so"
+    if not library.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".codec-{key}-{os.getpid()}.so"
+        done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE)], capture_output=True, text=True)
+        if done.returncode != 0:
+            warnings.warn(f"lioncub: building {SOURCE.name} failed ({done.stderr.strip()[:300]}); the codecs run "
+                          "inductor's kernels (same results, slower)")
+            return None
+        os.replace(partial, library)  # atomic: ranks building at once each install a whole library
+    lib = ctypes.CDLL(str(library))
+    i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    lib.lc_decode_sums.argtypes = [ptr, ptr, i64, i32, f32, i32, i32, f32]
+    lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
+    lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
+    lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
+    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1):
+        fn.restype = None
+    return lib
+
+
+def library() -> ctypes.CDLL | None:
+    if not _LIBRARY:
+        _LIBRARY.append(_build())
+    return _LIBRARY[0]
+
+
+def _plain(*tensors: torch.Tensor) -> bool:
+    """On CPU and contiguous: what the loops read and write."""
+    return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
+
+
+def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float, votes: bool, majority: bool,
+                divisor: float) -> bool:
+    """codec.decode_sums as one loop; False (nothing done) where the tensors are not plain CPU ones."""
+    if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != word_dtype(bits)
+            or out.numel() != words.numel() * fields_per_word(bits)):
+        return False
+    library().lc_decode_sums(out.data_ptr(), words.data_ptr(), words.numel(), bits, offset, int(votes),
+                             int(majority), divisor)
+    return True
+
+
+def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
+    if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != torch.uint8
+            or out.numel() != 8 * words.numel()):
+        return False
+    library().lc_decode_signs_1bit(out.data_ptr(), words.data_ptr(), words.numel())
+    return True
+
+
+def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> bool:
+    if (not _plain(out, received) or out.dtype != torch.uint8 or received.dtype != torch.uint8
+            or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31):
+        return False
+    library().lc_majority_1bit(out.data_ptr(), received.data_ptr(), out.numel(), world_size, int(positive))
+    return True
+
+
+_LANES: list = []  # [the vector width whose order torch.sum follows here, or None], once checked
+
+
+def _l1_lanes() -> int | None:
+    """The vector width w for which `lc_block_l1` adds in torch.sum(x.abs(), dim=1)'s order on this machine and
+    torch build (checked once on 4096 rows of values spread over 60 binades, bit for bit), or None."""
+    if not _LANES:
+        lanes = None
+        if library() is not None:
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(4096, 128, generator=g) * torch.exp2(torch.randint(-30, 30, (4096, 1), generator=g).float())
+            x[:, ::7] *= 1e6
+            x[0], x[1, 5], x[2, 9] = 0.0, float("inf"), -0.0
+            expected = torch.sum(x.abs(), dim=1)
+            for width in (8, 16, 4, 32):
+                got = torch.empty_like(expected)
+                library().lc_block_l1(got.data_ptr(), x.data_ptr(), x.shape[0], width)
+                if torch.equal(got.view(torch.int32), expected.view(torch.int32)):
+                    lanes = width
+                    break
+        _LANES.append(lanes)
+    return _LANES[0]
+
+
+def block_l1(out: torch.Tensor, blocks: torch.Tensor) -> bool:
+    """out[i] = sum |blocks[i]| for a [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats('l1')
+    gives it; False (nothing done) where the tensors are not plain CPU ones or the order was not reproduced."""
+    if (not _plain(out, blocks) or blocks.dtype != torch.float32 or out.dtype != torch.float32 or blocks.dim() != 2
+            or blocks.shape[1] != 128 or out.numel() != blocks.shape[0] or _l1_lanes() is None):
+        return False
+    library().lc_block_l1(out.data_ptr(), blocks.data_ptr(), blocks.shape[0], _l1_lanes())
+    return True
