@@ -192,6 +192,7 @@ def test_a_failed_job_is_stopped_and_torn_down(bystander):
 
 
 @needs_netns
+@pytest.mark.slow  # 60-90 s on 2 cores; a failed job's teardown stays in make test
 def test_sigint_stops_the_job_and_tears_down(bystander):
     popen = subprocess.Popen([sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=1",
                               "rate=8mbit", "--module", "src.launch.smoke", "--", "--numel", str(1 << 24)],

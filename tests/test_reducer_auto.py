@@ -144,10 +144,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=240, check=False)
 
 
-def test_cli_malformed_fit_file_exits_2_before_training(tmp_path):
+def test_cli_malformed_fit_file_exits_2_before_training(demo_tokens, tmp_path):
     bad = tmp_path / "network_fit_1gbit.json"
     bad.write_text("{alpha: 1e-3")
-    proc = _cli("variant=cub_auto", f"network.fit={bad}", f"run.root={tmp_path / 'runs'}")
+    proc = _cli("variant=cub_auto", f"network.fit={bad}", f"data.dir={demo_tokens}", f"run.root={tmp_path / 'runs'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "lioncub: cannot start training:" in proc.stderr and str(bad) in proc.stderr
     assert "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr

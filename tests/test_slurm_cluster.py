@@ -133,15 +133,15 @@ def test_a_laptop_manifest_of_two_runs_finishes(slurm, demo_tokens, tmp_path):
         assert any("stats/vote/pos_pos" in r for r in got), name  # what analysis.table2 reads
 
 
-def test_bad_input_and_an_unknown_partition_submit_nothing(slurm, tmp_path):
+def test_bad_input_and_an_unknown_partition_submit_nothing(slurm, demo_tokens, tmp_path):
     before = queue(slurm)
     proc = run(slurm, sys.executable, "-m", "slurm.submit", "+exp=demo", "--nproc-per-node", "4", "--out",
                str(tmp_path))
     assert proc.returncode == 2 and "asks for 4 processes per node" in proc.stderr
     profile = tmp_path / "gpu.yaml"
     profile.write_text((REPO / "slurm/profiles/local.yaml").read_text().replace("debug", "gpu"))
-    proc = run(slurm, sys.executable, "-m", "slurm.submit", "+exp=demo", "--profile", str(profile), "--out",
-               str(tmp_path))
+    proc = run(slurm, sys.executable, "-m", "slurm.submit", "+exp=demo", f"data.dir={demo_tokens}", "--profile",
+               str(profile), "--out", str(tmp_path))
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "partition 'gpu' (profile local) does not exist on this cluster; sinfo lists debug" in proc.stderr
     assert queue(slurm) == before and not any(tmp_path.glob("demo-*"))

@@ -138,10 +138,10 @@ def test_cli_unknown_preset_names_the_options(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_torchrun_bad_variant_stops_every_rank(tmp_path):
+def test_torchrun_bad_variant_stops_every_rank(demo_tokens, tmp_path):
     env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "src.train", "variant=lion", f"run.root={tmp_path / 'runs'}"],
+                           "-m", "src.train", "variant=lion", f"data.dir={demo_tokens}", f"run.root={tmp_path / 'runs'}"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
