@@ -139,6 +139,11 @@ def _l1_lanes() -> int | None:
     return _LANES[0]
 
 
+def block_l1_ready() -> bool:
+    """Whether `block_l1` can run here: the library is built and reproduces torch.sum's order."""
+    return library() is not None and _l1_lanes() is not None
+
+
 def block_l1(out: torch.Tensor, blocks: torch.Tensor) -> bool:
     """out[i] = sum |blocks[i]| for a [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats('l1')
     gives it; False (nothing done) where the tensors are not plain CPU ones or the order was not reproduced."""

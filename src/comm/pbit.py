@@ -270,7 +270,7 @@ class _Scales:
     def _l1_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
         """L1 block statistics with the explicit CPU loop (src/comm/native.py), straight from the pieces: whole
         blocks in place, a piece's last, partial block from a zero-padded copy. False where the loop cannot run."""
-        if not (native.block_l1(out[:0], self.buffer[:0].view(0, BLOCK))
+        if not (native.block_l1_ready() and out.device.type == "cpu" and self.buffer.device.type == "cpu"
                 and all(values.is_contiguous() and values.device.type == "cpu" for values, _ in pieces)):
             return False
         out.zero_()
