@@ -68,6 +68,16 @@ def quiet_cuda_home_warning() -> None:
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
+def skip_final_collection() -> None:
+    """Move every live object to the collector's permanent generation, once the run is over: the interpreter's
+    exit then skips a full collection over the millions of objects torch, sympy and Hydra have made (about 2 s a
+    rank, 4 s of a 4-rank run on 2 cores). Objects are still freed by their reference counts; what the run wrote is
+    closed by then."""
+    import gc
+
+    gc.freeze()
+
+
 def task_overrides(hydra_cfg) -> list[str]:
     """This run's overrides (a sweep point's own, in a multirun), as a later command would repeat them."""
     return [*hydra_cfg.overrides.hydra, *hydra_cfg.overrides.task]
@@ -123,4 +133,7 @@ def check_command_line() -> None:
 if __name__ == "__main__":
     check_command_line()
     quiet_cuda_home_warning()
-    main()
+    try:
+        main()
+    finally:
+        skip_final_collection()

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from src.dist.process_group import DistContext
 from src.errors import SetupError
 from src.models import build_model
+from src.models.meta import initializers_skipped
 
 
 class Task(ABC):
@@ -40,7 +41,7 @@ class Task(ABC):
         """The model on `device` (use "meta" for a free, shape-only copy); bad parameters become SetupError."""
         kind, params = self.cfg.model.kind, self.model_params()
         try:
-            with torch.device(device), warnings.catch_warnings():
+            with torch.device(device), warnings.catch_warnings(), initializers_skipped():
                 # a pretrained checkpoint loads into a meta copy as a no-op; torch warns once per tensor
                 warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter")
                 return build_model(kind, **params)
