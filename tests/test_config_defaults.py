@@ -23,6 +23,7 @@ from src.errors import SetupError
 from src.optim.variant import Variant
 from src.reliability.config import Checkpoint, Fault, Guard, NonFinite
 from src.runlog.sinks import Logger
+from src.stats.config import StatsConfig
 
 VARIANTS = sorted(p.stem for p in (REPO / "conf/variant").glob("*.yaml"))
 NETWORKS = sorted(p.stem for p in (REPO / "conf/network").glob("*.yaml"))
@@ -75,7 +76,7 @@ def _no_defaults(schema) -> list[str]:
 
 
 def test_the_sections_have_no_defaults_of_their_own():
-    assert [f for schema in (*SECTIONS.values(), Config) for f in _no_defaults(schema)] == []
+    assert [f for schema in (*SECTIONS.values(), Config, StatsConfig) for f in _no_defaults(schema)] == []
 
 
 # every key of the typed sections: no code reads one of them with a fallback value

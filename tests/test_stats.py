@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
+import yaml
 import torch.distributed as dist
 import torch.nn as nn
 from device_double import HostMonitor, watch_collectives
+from harness_util import REPO
 from torch.overrides import TorchFunctionMode
 
 from src.errors import SetupError
@@ -48,9 +50,16 @@ class Tied(nn.Module):
         self.b = nn.Parameter(torch.zeros(2, 3))
 
 
+def yaml_block(**kw) -> dict:
+    """The stats: block of conf/config.yaml (the one home of its defaults), top-level keys replaced by `kw`."""
+    block = yaml.safe_load((REPO / "conf/config.yaml").read_text())["stats"]
+    return {**block, **kw}
+
+
 def config(**kw) -> StatsConfig:
     base = dict(every=1, quantizers=METHODS, levels={m: (1 if m == "sign" else LEVELS) for m in METHODS}, bins=BINS,
-                range=RANGE, log10_min=-3.5, log10_max=2.5, fit_samples=1000)
+                range=RANGE, log10_min=-3.5, log10_max=2.5, fit_samples=1000, layers=None,
+                bucket_elements=yaml_block()["bucket_elements"])
     return StatsConfig(**{**base, **kw})
 
 
@@ -352,7 +361,7 @@ class _CountTorch(TorchFunctionMode):
 def test_off_builds_nothing_and_does_nothing():
     model = Tied()
     opt = Lion(model.parameters(), lr=0.1)
-    stats = make_stats(check_stats_config({"every": 0}, model), model, opt, rank=0, world_size=1, seed=0,
+    stats = make_stats(check_stats_config(yaml_block(every=0), model), model, opt, rank=0, world_size=1, seed=0,
                        run_dir=None)
     assert stats is OFF and vars(OFF) == {}
     with _CountTorch() as counter:
@@ -371,19 +380,21 @@ def test_off_builds_nothing_and_does_nothing():
     ({"layers": ["head.weight", "tail.weight"]}, ["tail.weight", "emb.weight,head.weight"]),
     ({"layers": "b"}, ["stats.layers"]),
     ({"every": -1}, ["stats.every=-1"]),
-    ({"hist": {"bins": 1000}}, ["stats.hist.bins=1000", "512"]),
+    ({"hist": {"bins": 1000, "range": 8.0, "log10_min": -16.0, "log10_max": 1.0}}, ["stats.hist.bins=1000", "512"]),
     ({"hist": {"bins": 8, "colour": 1}}, ["colour"]),
+    ({"hist": {"bins": 8}}, ["stats.hist lacks", "log10_max", "range", "conf/config.yaml"]),
     ({"fit_sample": 10}, ["fit_sample"]),
-    ({"hist": {"log10_min": 2.0, "log10_max": 1.0}}, ["log10_min"]),
+    ({"hist": {"bins": 8, "range": 8.0, "log10_min": 2.0, "log10_max": 1.0}}, ["log10_min"]),
+    ({"quantizers": ["sign", "l1"], "levels": {"sign": 1}}, ["stats.levels gives no levels for l1"]),
 ])
 def test_bad_stats_config_names_what_is_wrong(block, words):
     with pytest.raises(SetupError) as err:
-        check_stats_config(block, Tied())
+        check_stats_config(yaml_block(**block), Tied())
     for word in words:
         assert word in str(err.value), (word, str(err.value))
 
 
 def test_defaults_are_the_papers_five_quantizers():
-    cfg = check_stats_config({}, Tied())
+    cfg = check_stats_config(yaml_block(), Tied())
     assert not cfg.on and cfg.quantizers == METHODS and cfg.levels["l1"] == 15 and cfg.layers is None
     assert math.isclose(cfg.range, 8.0)

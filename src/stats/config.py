@@ -6,7 +6,7 @@ more bins than W&B takes). It runs in preflight on the meta-device model, before
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import torch
@@ -15,9 +15,6 @@ from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.quant import METHODS, check_method
 
-# Fig. 5's five methods: distributed Lion's sign, Q_inf stochastic, "w/o zero", log, L1 (5-bit: 15 levels a side).
-DEFAULT_QUANTIZERS = ("sign", "linf", "linf_nozero", "log", "l1")
-DEFAULT_LEVELS = {"sign": 1, "linf": 15, "linf_nozero": 15, "log": 15, "l1": 15}
 WANDB_MAX_BINS = 512  # wandb.Histogram refuses more
 KEYS = {"every", "quantizers", "levels", "layers", "hist", "fit_samples", "bucket_elements"}
 HIST_KEYS = {"bins", "range", "log10_min", "log10_max"}
@@ -25,16 +22,17 @@ HIST_KEYS = {"bins", "range", "log10_min", "log10_max"}
 
 @dataclass(frozen=True)
 class StatsConfig:
-    every: int = 0
-    quantizers: tuple[str, ...] = DEFAULT_QUANTIZERS
-    levels: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LEVELS))
-    layers: tuple[str, ...] | None = None  # None: every trainable parameter
-    bins: int = 64
-    range: float = 8.0
-    log10_min: float = -16.0
-    log10_max: float = 1.0
-    fit_samples: int = 100_000
-    bucket_elements: int = 1 << 24
+    """The checked block; every value comes from the `stats:` block of conf/config.yaml (its one home)."""
+    every: int
+    quantizers: tuple[str, ...]
+    levels: dict[str, int]
+    layers: tuple[str, ...] | None  # None: every trainable parameter
+    bins: int
+    range: float
+    log10_min: float
+    log10_max: float
+    fit_samples: int
+    bucket_elements: int
 
     @property
     def on(self) -> bool:
@@ -71,10 +69,14 @@ def _unknown(given: Mapping, allowed: set[str], where: str) -> None:
     extra = sorted(set(given) - allowed)
     if extra:
         raise SetupError(f"{where} has unknown key(s) {', '.join(extra)}; it takes {', '.join(sorted(allowed))}")
+    missing = sorted(allowed - set(given))
+    if missing:
+        raise SetupError(f"{where} lacks key(s) {', '.join(missing)}: the stats: block of conf/config.yaml gives "
+                         "every key (compose the config, or start from that block)")
 
 
 def _quantizers(raw: dict) -> tuple[tuple[str, ...], dict[str, int]]:
-    quantizers = raw.get("quantizers", list(DEFAULT_QUANTIZERS))
+    quantizers = raw["quantizers"]
     if not isinstance(quantizers, (list, tuple)) or not all(isinstance(q, str) for q in quantizers):
         raise SetupError(f"stats.quantizers={quantizers!r} must be a list of quantizer names ({', '.join(METHODS)})")
     unknown = [q for q in quantizers if q not in METHODS]
@@ -83,11 +85,13 @@ def _quantizers(raw: dict) -> tuple[tuple[str, ...], dict[str, int]]:
                          f"src.quant knows {', '.join(METHODS)}")
     if len(set(quantizers)) != len(quantizers):
         raise SetupError(f"stats.quantizers={list(quantizers)} names a quantizer twice")
-    levels = {**DEFAULT_LEVELS, **(raw.get("levels") or {})}
+    levels = dict(raw["levels"] or {})
     unknown = sorted(set(levels) - set(METHODS))
     if unknown:
         raise SetupError(f"stats.levels: unknown quantizer(s) {', '.join(unknown)}; src.quant knows {', '.join(METHODS)}")
     for method in quantizers:
+        if method not in levels:
+            raise SetupError(f"stats.levels gives no levels for {method}; add stats.levels.{method}=N")
         try:
             check_method(method, levels[method])
         except ValueError as exc:
@@ -96,7 +100,7 @@ def _quantizers(raw: dict) -> tuple[tuple[str, ...], dict[str, int]]:
 
 
 def _layers(raw: dict, names: list[str]) -> tuple[str, ...] | None:
-    layers = raw.get("layers")
+    layers = raw["layers"]
     if layers is None:
         return None
     if not isinstance(layers, (list, tuple)) or not all(isinstance(n, str) for n in layers):
@@ -115,18 +119,18 @@ def check_stats_config(stats_cfg: Any, model: torch.nn.Module) -> StatsConfig:
     if not isinstance(raw, dict):
         raise SetupError(f"stats must be a mapping (the stats: block of conf/config.yaml), got {raw!r}")
     _unknown(raw, KEYS, "stats")
-    hist = raw.get("hist") or {}
+    hist = raw["hist"] or {}
     _unknown(hist, HIST_KEYS, "stats.hist")
-    every = _int(raw.get("every", 0), "every", 0)
+    every = _int(raw["every"], "every", 0)
     quantizers, levels = _quantizers(raw)
     layers = _layers(raw, [n for n, _ in named_parameters_with_aliases(model)])
     config = StatsConfig(every=every, quantizers=quantizers, levels=levels, layers=layers,
-                         bins=_int(hist.get("bins", 64), "hist.bins", 1, WANDB_MAX_BINS),
-                         range=_float(hist.get("range", 8.0), "hist.range"),
-                         log10_min=_float(hist.get("log10_min", -16.0), "hist.log10_min"),
-                         log10_max=_float(hist.get("log10_max", 1.0), "hist.log10_max"),
-                         fit_samples=_int(raw.get("fit_samples", 100_000), "fit_samples", 2),
-                         bucket_elements=_int(raw.get("bucket_elements", 1 << 24), "bucket_elements", 1))
+                         bins=_int(hist["bins"], "hist.bins", 1, WANDB_MAX_BINS),
+                         range=_float(hist["range"], "hist.range"),
+                         log10_min=_float(hist["log10_min"], "hist.log10_min"),
+                         log10_max=_float(hist["log10_max"], "hist.log10_max"),
+                         fit_samples=_int(raw["fit_samples"], "fit_samples", 2),
+                         bucket_elements=_int(raw["bucket_elements"], "bucket_elements", 1))
     if config.range <= 0:
         raise SetupError(f"stats.hist.range={config.range} must be > 0 (the histogram spans +-range * mean|c|)")
     if config.log10_min >= config.log10_max:
