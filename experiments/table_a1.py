@@ -44,10 +44,10 @@ def train_overrides(variant: str, steps: int, run_dir: Path, extra: list[str]) -
             "train.progress=false", "checkpoint.every=0", f"run.dir={run_dir}", *extra]
 
 
-def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str]) -> Path:
+def run_one(rate: str, variant: str, steps: int, out: Path, extra: list[str], cores: str = "share") -> Path:
     run_dir = out / "runs" / f"{rate}-{variant}"
     return train_emulated(f"[table_a1] {rate} {variant}", run_dir, train_overrides(variant, steps, run_dir, extra),
-                          out / "logs" / f"{rate}-{variant}.log", rate=rate)
+                          out / "logs" / f"{rate}-{variant}.log", rate=rate, cores=cores)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,10 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=14, help="steps per run; the first 2 are not timed")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--with-baselines", action="store_true", help=f"add {', '.join(BASELINE_VARIANTS)}")
+    parser.add_argument("--cores", choices=("share", "all"), default="share",
+                        help="the emulator's cores= (share: each host its own cores, one thread per rank here; all: "
+                             "every host on every core, default threads); tc rates only")
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     out = Path(args.out)
     variants = args.variants + [v for v in BASELINE_VARIANTS if args.with_baselines and v not in args.variants]
-    run_dirs = [run_one(rate, v, args.steps, out, extra) for rate in args.rates for v in variants]
+    run_dirs = [run_one(rate, v, args.steps, out, extra, args.cores) for rate in args.rates for v in variants]
     paths = write(with_speedup(run_dirs), out)
     print((out / "table_a1.md").read_text())
     print(f"[table_a1] wrote {', '.join(str(p) for p in paths.values())}")

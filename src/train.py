@@ -96,8 +96,20 @@ def main(cfg: DictConfig) -> None:
     note = paper_size_note(cfg, plan.ctx.world_size, choices)
     if note and plan.ctx.is_main:
         print(f"lioncub: note: {note}", flush=True)
+    def report_interrupt(exc: Interrupted) -> None:  # rank 0, before any rank leaves
+        print(f"lioncub: {signal.Signals(exc.signum).name} received; checkpoint of step {exc.step} in "
+              f"{exc.checkpoint}", flush=True)
+        line = (f"lioncub: interrupted at step {exc.step}; resume with: "
+                f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}")
+        print(line, flush=True)
+        record_exit(line, EXIT_INTERRUPTED)
+        if plan.job.run.sweep:
+            print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
+                  f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
+
     try:
-        execute(cfg, plan, overrides, run_index=int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0))
+        execute(cfg, plan, overrides, run_index=int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0),
+                report_interrupt=report_interrupt)
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed
         exit_with_setup_error(f"cannot continue: {exc}", EXIT_SETUP)
     except (ReplicaDivergenceError, NonFiniteStepError) as exc:
@@ -105,17 +117,7 @@ def main(cfg: DictConfig) -> None:
             print(f"lioncub: training stopped: {exc}", file=sys.stderr, flush=True)
             record_exit(f"lioncub: training stopped: {exc}", EXIT_STOPPED)
         sys.exit(EXIT_STOPPED)
-    except Interrupted as exc:
-        if plan.ctx.is_main:
-            print(f"lioncub: {signal.Signals(exc.signum).name} received; checkpoint of step {exc.step} in "
-                  f"{exc.checkpoint}", flush=True)
-            line = (f"lioncub: interrupted at step {exc.step}; resume with: "
-                    f"{resume_command(task_overrides(hydra_cfg), exc.checkpoint.parent.parent)}")
-            print(line, flush=True)
-            record_exit(line, EXIT_INTERRUPTED)
-            if plan.job.run.sweep:
-                print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
-                      f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
+    except Interrupted:
         sys.exit(EXIT_INTERRUPTED)
 
 

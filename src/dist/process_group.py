@@ -207,6 +207,12 @@ def _attempt_store(timeout: timedelta, run_index: int):
     return dist.PrefixStore(f"lioncub/attempt_{attempt}/run_{run_index}", store)
 
 
+def barrier() -> None:
+    """Wait for every rank (nothing without a multi-rank group)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

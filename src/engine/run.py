@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -37,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from src.comm.codec import allow_recompiles
 from src.dist.process_group import (
     DistContext,
+    barrier,
     broadcast_object,
     describe,
     gather_objects,
@@ -73,7 +75,7 @@ from src.reliability.resume import (
     reuses_run_dir,
 )
 from src.reliability.rng import seed_host_rngs
-from src.reliability.signals import StopSignals
+from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
 
@@ -293,9 +295,12 @@ def _already_finished(plan: Plan) -> dict | None:
     return None
 
 
-def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0) -> dict:
-    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal.
-    `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
+def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0,
+            report_interrupt: Callable[[Interrupted], None] | None = None) -> dict:
+    """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal, once rank 0
+    has called `report_interrupt` with it: every rank waits for that report, because a launcher stops the other
+    ranks as soon as one of them exits. `run_index` numbers the runs this process starts (a multirun's sweep
+    points: Hydra's job number)."""
     job, ctx, task = plan.job, plan.ctx, plan.task
     done = _already_finished(plan)
     if done is not None:
@@ -349,6 +354,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             summary["timing"] = _timing(run_dir)
         sinks.close(summary)
         if hooks.interrupted:
+            if ctx.is_main and report_interrupt is not None:
+                report_interrupt(hooks.interrupted)
+            barrier()
             raise hooks.interrupted
         if ctx.is_main:
             _finish_outputs(run_dir, result, summary)
