@@ -22,6 +22,7 @@ Deliberate difference from the paper: its CuPy kernels are hand-written; ours ar
 """
 from __future__ import annotations
 
+import sys
 import warnings
 
 import torch
@@ -43,6 +44,7 @@ def kernel(fn, compiled: bool):
 
 
 RECOMPILE_LIMIT = 64
+_RECOMPILE_LIMIT: list = []  # the largest limit asked for, applied to dynamo when it is (or is first) imported
 
 
 def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
@@ -51,24 +53,51 @@ def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
     Each set of constants (field width, tie rule, levels, world size...) is its own compilation of a function; a
     process that runs several reducer settings (a run with statistics, benchmarks, tests) needs more than 8, beyond
     which `fullgraph=True` fails and the kernel runs eagerly (same result, slower). A process-wide setting: called
-    where a run, a benchmark or a test process starts (src/engine/run.py, src/bench, tests/conftest.py)."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+    where a run, a benchmark or a test process starts (src/engine/run.py, src/bench, tests/conftest.py). It does not
+    import dynamo: the limit is set where dynamo is already loaded, else when the first kernel is compiled."""
+    _RECOMPILE_LIMIT[:] = [max([limit, *_RECOMPILE_LIMIT])]
+    if "torch._dynamo" in sys.modules:
+        _apply_recompile_limit()
+
+
+def _apply_recompile_limit() -> None:
+    if _RECOMPILE_LIMIT:
+        config = sys.modules["torch._dynamo"].config
+        config.recompile_limit = max(config.recompile_limit, _RECOMPILE_LIMIT[0])
+
+
+_UNSET = object()
 
 
 class _Compiled:
     """`fn` under torch.compile, with every tensor argument's length marked dynamic (ints and strings stay
     constants: `dynamic=True` would make the field width symbolic too, and the loop slow), except for the functions
-    in STATIC_SHAPES. Where compiling fails
-    (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result.
-    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py), where they can be built."""
+    in STATIC_SHAPES. Where compiling fails (no C++ compiler, an unsupported device), it warns once and runs `fn`
+    itself, which gives the same result.
+    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py) where they take the
+    arguments. Everything is lazy: torch.compile (and the import of dynamo and inductor) happens on the first call
+    that needs inductor (a GPU tensor, or arguments the C loop declines), and the C library is built on the first
+    CPU call of a loop, so a CPU run of the loops never loads dynamo and a GPU run never builds the library."""
 
     def __init__(self, fn):
-        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
-        self.dynamic = fn not in STATIC_SHAPES
-        self.native = NATIVE.get(fn) if fn in NATIVE and native.library() is not None else None
+        self.fn, self.dynamic, self._loop = fn, fn not in STATIC_SHAPES, NATIVE.get(fn)
+        self._compiled = _UNSET
+
+    @property
+    def native(self):
+        """The explicit CPU loop that replaces `fn` on plain CPU tensors, or None (none, or no C compiler here)."""
+        return self._loop if self._loop is not None and native.library() is not None else None
+
+    @property
+    def compiled(self):
+        """The torch.compile'd `fn` (made on first use), or None where compiling failed."""
+        if self._compiled is _UNSET:
+            self._compiled = torch.compile(self.fn, dynamic=False, fullgraph=True)
+            _apply_recompile_limit()
+        return self._compiled
 
     def __call__(self, *args):
-        if self.native is not None and self.native(*args):  # plain CPU tensors: done by the explicit loop
+        if self._loop is not None and self._loop(*args):  # plain CPU tensors: done by the explicit loop
             return None
         return self.inductor(*args)
 
@@ -83,7 +112,7 @@ class _Compiled:
             except Exception as exc:  # noqa: BLE001 - any compiler failure: the eager path is exact
                 warnings.warn(f"lioncub: torch.compile of {self.fn.__name__} failed ({type(exc).__name__}: {exc}); "
                               "running it eagerly (same result, slower)")
-                self.compiled = None
+                self._compiled = None
         return self.fn(*args)
 
 
@@ -175,7 +204,8 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> None:
 # inductor flattens the [8, m] output of the 1-bit decode into one loop with a division per element, 40x slower.
 STATIC_SHAPES = {decode_signs_1bit}
 # On CPU, these run as explicit C loops instead (src/comm/native.py: inductor's AVX2 integer loads are slow).
-NATIVE = {decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
+NATIVE = {encode_votes: native.encode_votes, encode_signs: native.encode_signs, encode_levels: native.encode_levels,
+          decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
           majority_1bit: native.majority_1bit}
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from src.comm.packing import fields_per_word, word_dtype
+from src.comm.packing import FIELD_WIDTHS, fields_per_word, word_dtype
 from src.utils import machine
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
@@ -72,12 +72,17 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
     lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
     lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
-    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1):
+    lib.lc_encode_votes.argtypes = [ptr, ptr, i64, i32, i32]
+    lib.lc_encode_signs.argtypes = [ptr, ptr, i64, i32]
+    lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i64, i32, i32, i32]
+    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1,
+               lib.lc_encode_votes, lib.lc_encode_signs, lib.lc_encode_levels):
         fn.restype = None
     return lib
 
 
 def library() -> ctypes.CDLL | None:
+    """The loaded library, built on the first call (the first CPU call of a loop), or None where it cannot be."""
     if not _LIBRARY:
         _LIBRARY.append(_build())
     return _LIBRARY[0]
@@ -88,11 +93,21 @@ def _plain(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
+def _float32(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.float32 for t in tensors)
+
+
+def _words(out: torch.Tensor, values: int, bits: int) -> bool:
+    """`out` holds the words of `values` fields of `bits` bits (planar: values a multiple of the fields per word)."""
+    return (bits in FIELD_WIDTHS and out.dtype == word_dtype(bits) and values % fields_per_word(bits) == 0
+            and out.numel() * fields_per_word(bits) == values)
+
+
 def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float, votes: bool, majority: bool,
                 divisor: float) -> bool:
     """codec.decode_sums as one loop; False (nothing done) where the tensors are not plain CPU ones."""
-    if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != word_dtype(bits)
-            or out.numel() != words.numel() * fields_per_word(bits)):
+    if (not _plain(out, words) or out.dtype != torch.float32 or not _words(words, out.numel(), bits)
+            or library() is None):
         return False
     library().lc_decode_sums(out.data_ptr(), words.data_ptr(), words.numel(), bits, offset, int(votes),
                              int(majority), divisor)
@@ -101,7 +116,7 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
 
 def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
     if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != torch.uint8
-            or out.numel() != 8 * words.numel()):
+            or out.numel() != 8 * words.numel() or library() is None):
         return False
     library().lc_decode_signs_1bit(out.data_ptr(), words.data_ptr(), words.numel())
     return True
@@ -109,9 +124,50 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
 
 def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> bool:
     if (not _plain(out, received) or out.dtype != torch.uint8 or received.dtype != torch.uint8
-            or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31):
+            or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31
+            or library() is None):
         return False
     library().lc_majority_1bit(out.data_ptr(), received.data_ptr(), out.numel(), world_size, int(positive))
+    return True
+
+
+def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: int) -> bool:
+    """codec.encode_votes as one loop, at every field width; False (nothing done) for other tensors."""
+    if (not _plain(out, update) or not _float32(update) or out.dim() != 1 or not _words(out, update.numel(), bits)
+            or library() is None):
+        return False
+    library().lc_encode_votes(out.data_ptr(), update.data_ptr(), out.numel(), bits, int(bool(positive)))
+    return True
+
+
+def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
+    """codec.encode_signs as one loop, for fields of 2 bits or more (those that hold sign + 1 <= 2)."""
+    if (not _plain(out, update) or not _float32(update) or out.dim() != 1 or bits == 1
+            or not _words(out, update.numel(), bits) or library() is None):
+        return False
+    library().lc_encode_signs(out.data_ptr(), update.data_ptr(), out.numel(), bits)
+    return True
+
+
+LEVEL_METHODS = {"l1": 0, "linf": 1, "linf_nozero": 2}  # "log" (log2: torch's vector log2 is not libm's) is not here
+
+
+def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
+                  method: str, levels: int, bits: int) -> bool:
+    """codec.encode_levels as one loop for the l1, linf and linf_nozero codes, flat tensors or [blocks, BLOCK]
+    views alike, where every code fits its field (2 levels <= 2**bits - 1); False (nothing done) otherwise."""
+    block = 128
+    noisy = method in ("linf", "linf_nozero")
+    tensors = (out, update, inverse) + ((noise,) if noisy and noise is not None else ())
+    if (method not in LEVEL_METHODS or not _plain(*tensors) or not _float32(update, inverse)
+            or (noisy and (noise is None or noise.dtype != torch.float32 or noise.numel() != update.numel()))
+            or not _words(out, update.numel(), bits) or not isinstance(levels, int)
+            or not 1 <= 2 * levels <= (1 << bits) - 1
+            or update.numel() % (fields_per_word(bits) * block) != 0 or inverse.dim() != 1
+            or inverse.numel() * block != update.numel() or library() is None):
+        return False
+    library().lc_encode_levels(out.data_ptr(), update.data_ptr(), inverse.data_ptr(),
+                               noise.data_ptr() if noisy else None, out.numel(), bits, LEVEL_METHODS[method], levels)
     return True
 
 
