@@ -186,6 +186,31 @@ def test_explicit_encoders_equal_eager_bit_for_bit():
     assert seen == {True}, "the codes reached both ends of the range"
 
 
+def test_explicit_l1_encode_from_pieces_equals_the_padded_chunks():
+    """Fast: the pbit reducer's encode of a padded chunk straight from its pieces of the flat vector (whole blocks
+    in place, a piece's partial last block and the gaps as zeros) gives the eager encode of the zero-padded copy,
+    bit for bit, at every field width that holds L1 codes."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    vector = _ties(4000, seed=11)
+    for bits, levels in ((2, 1), (4, 7), (8, 15), (16, 15)):
+        k = fields_per_word(bits)
+        numel = 16 * k * BLOCK
+        layout = [(0, 0, 300), (300, 3 * BLOCK, 2 * BLOCK), (300 + 2 * BLOCK, 6 * BLOCK, 1), (700, 7 * BLOCK, 900)]
+        padded = torch.zeros(numel)
+        pieces = []
+        for start, at, length in layout:
+            padded[at: at + length] = vector[start: start + length]
+            pieces.append((vector[start: start + length], at))
+        inverse = _inverses(numel // BLOCK, seed=bits)
+        eager = torch.empty(numel // k, dtype=word_dtype(bits))
+        codec.encode_levels(eager, padded, inverse, None, "l1", levels, bits)
+        loop = torch.full_like(eager, 3)
+        assert native.encode_levels_pieces(loop, pieces, numel, inverse, None, "l1", levels, bits)
+        assert torch.equal(eager, loop), bits
+    assert not native.encode_levels_pieces(loop, [(vector[:10], 5)], numel, inverse, None, "l1", 15, 16)
+
+
 def test_explicit_encoders_decline_what_they_do_not_handle():
     """Fast: the encoders return False, writing nothing, where the eager code must run: log codes, linf without
     noise, 1-bit sign fields, codes wider than their field, non-contiguous or non-float32 values."""

@@ -27,10 +27,12 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from src.comm.packing import FIELD_WIDTHS, fields_per_word, word_dtype
+from src.quant.blocks import BLOCK
 from src.utils import machine
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
@@ -74,9 +76,10 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
     lib.lc_encode_votes.argtypes = [ptr, ptr, i64, i32, i32]
     lib.lc_encode_signs.argtypes = [ptr, ptr, i64, i32]
-    lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i64, i32, i32, i32]
+    lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i32, ptr, ptr, i64, i32, i32, i32]
+    lib.lc_encode_levels.restype = i32
     for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1,
-               lib.lc_encode_votes, lib.lc_encode_signs, lib.lc_encode_levels):
+               lib.lc_encode_votes, lib.lc_encode_signs):
         fn.restype = None
     return lib
 
@@ -152,23 +155,45 @@ def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
 LEVEL_METHODS = {"l1": 0, "linf": 1, "linf_nozero": 2}  # "log" (log2: torch's vector log2 is not libm's) is not here
 
 
+def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: torch.Tensor | None, method: str,
+                  levels: int, bits: int) -> bool:
+    """Whether `lc_encode_levels` takes these arguments: l1, linf or linf_nozero codes that fit their field
+    (2 levels <= 2**bits - 1), whole blocks in every field plane, plain float32 scales (and noise for linf)."""
+    noisy = method in ("linf", "linf_nozero")
+    return (method in LEVEL_METHODS and isinstance(levels, int) and 1 <= 2 * levels <= (1 << bits) - 1
+            and _words(out, numel, bits) and numel % (fields_per_word(bits) * BLOCK) == 0
+            and _plain(out, inverse) and _float32(inverse) and inverse.dim() == 1 and inverse.numel() * BLOCK == numel
+            and (not noisy or (noise is not None and _plain(noise) and _float32(noise) and noise.numel() == numel))
+            and library() is not None)
+
+
 def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
                   method: str, levels: int, bits: int) -> bool:
     """codec.encode_levels as one loop for the l1, linf and linf_nozero codes, flat tensors or [blocks, BLOCK]
-    views alike, where every code fits its field (2 levels <= 2**bits - 1); False (nothing done) otherwise."""
-    block = 128
-    noisy = method in ("linf", "linf_nozero")
-    tensors = (out, update, inverse) + ((noise,) if noisy and noise is not None else ())
-    if (method not in LEVEL_METHODS or not _plain(*tensors) or not _float32(update, inverse)
-            or (noisy and (noise is None or noise.dtype != torch.float32 or noise.numel() != update.numel()))
-            or not _words(out, update.numel(), bits) or not isinstance(levels, int)
-            or not 1 <= 2 * levels <= (1 << bits) - 1
-            or update.numel() % (fields_per_word(bits) * block) != 0 or inverse.dim() != 1
-            or inverse.numel() * block != update.numel() or library() is None):
+    views alike (see `_levels_taken`); False (nothing done) otherwise."""
+    if not (_plain(update) and _float32(update) and _levels_taken(out, update.numel(), inverse, noise, method,
+                                                                   levels, bits)):
         return False
-    library().lc_encode_levels(out.data_ptr(), update.data_ptr(), inverse.data_ptr(),
-                               noise.data_ptr() if noisy else None, out.numel(), bits, LEVEL_METHODS[method], levels)
-    return True
+    return encode_levels_pieces(out, [(update, 0)], update.numel(), inverse, noise, method, levels, bits)
+
+
+def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor, int]], numel: int,
+                         inverse: torch.Tensor, noise: torch.Tensor | None, method: str, levels: int,
+                         bits: int) -> bool:
+    """`encode_levels` of a zero-padded chunk of `numel` values given by its pieces, with no padded copy: each piece
+    is (values, offset in the chunk), the offsets multiples of BLOCK, in order; what no piece covers is zero. The
+    words are those of the padded chunk, bit for bit. False (nothing done) where the loop does not take them."""
+    if not (all(_plain(v) and _float32(v) and at % BLOCK == 0 and at + v.numel() <= numel for v, at in pieces)
+            and _levels_taken(out, numel, inverse, noise, method, levels, bits)):
+        return False
+    count = len(pieces)
+    values = (ctypes.c_void_p * max(count, 1))(*[v.data_ptr() for v, _ in pieces])
+    ats = (ctypes.c_int64 * max(count, 1))(*[at for _, at in pieces])
+    lens = (ctypes.c_int64 * max(count, 1))(*[v.numel() for v, _ in pieces])
+    noisy = method in ("linf", "linf_nozero")
+    return bool(library().lc_encode_levels(out.data_ptr(), values, ats, lens, count, inverse.data_ptr(),
+                                           noise.data_ptr() if noisy else None, out.numel(), bits,
+                                           LEVEL_METHODS[method], levels))
 
 
 _LANES: list = []  # [the vector width whose order torch.sum follows here, or None], once checked

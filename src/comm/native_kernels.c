@@ -9,6 +9,7 @@ codec.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-eve
 semantics), so the results are equal bit for bit. The layout is planar (src/comm/packing.py): value j m + i of n =
 k m values is field j of word i. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 
@@ -208,10 +209,10 @@ static inline uint32_t code_linf(float x, float inv, float u, float L, int nozer
     return (uint32_t)(int32_t)((q != q ? 0.0f : q) + L);
 }
 
-/* encode_levels: n = k m values, blocks of 128 scaled by inverse[t / 128]; method 0: l1, 1: linf, 2: linf_nozero.
-   m is a multiple of 128, so a tile of 128 words takes its k fields from k whole blocks. */
+/* encode_levels: n = k m values, block b of 128 values read from table[b] and scaled by inverse[b]; method 0: l1,
+   1: linf, 2: linf_nozero. m is a multiple of 128, so a tile of 128 words takes its k fields from k whole blocks. */
 #define LEVELS(K, BITS, WORD)                                                                                 \
-    static void levels_##BITS(WORD *restrict out, const float *restrict x, const float *restrict inverse,    \
+    static void levels_##BITS(WORD *restrict out, const float *const *table, const float *restrict inverse,  \
                               const float *restrict noise, int64_t m, int method, float L) {                 \
         const int64_t rows = m / 128;                                                                         \
         for (int64_t r = 0; r < rows; r++) {                                                                  \
@@ -219,7 +220,7 @@ static inline uint32_t code_linf(float x, float inv, float u, float L, int nozer
             uint32_t w[128];                                                                                  \
             for (int l = 0; l < 128; l++) w[l] = 0;                                                           \
             for (int j = 0; j < K; j++) {                                                                     \
-                const float *restrict b = x + j * m + r * 128;                                                \
+                const float *restrict b = table[j * rows + r];                                                \
                 const float inv = inverse[j * rows + r];                                                      \
                 if (method == 0) {                                                                            \
                     for (int l = 0; l < 128; l++) w[l] |= code_l1(b[l], inv, L) << (BITS * j);                \
@@ -239,10 +240,10 @@ LEVELS(2, 4, uint8_t)
 LEVELS(2, 16, int32_t)
 
 /* One field per word (8 bits): the codes are the words. */
-static void levels_8(uint8_t *restrict out, const float *restrict x, const float *restrict inverse,
+static void levels_8(uint8_t *restrict out, const float *const *table, const float *restrict inverse,
                      const float *restrict noise, int64_t m, int method, float L) {
     for (int64_t r = 0; r < m / 128; r++) {
-        const float *restrict b = x + r * 128;
+        const float *restrict b = table[r];
         uint8_t *restrict o = out + r * 128;
         const float inv = inverse[r];
         if (method == 0) {
@@ -257,13 +258,38 @@ static void levels_8(uint8_t *restrict out, const float *restrict x, const float
     }
 }
 
-void lc_encode_levels(void *out, const float *x, const float *inverse, const float *noise, int64_t m, int bits,
-                      int method, int levels) {
-    float L = (float)levels;
-    switch (bits) {
-        case 2: levels_2((uint8_t *)out, x, inverse, noise, m, method, L); break;
-        case 4: levels_4((uint8_t *)out, x, inverse, noise, m, method, L); break;
-        case 8: levels_8((uint8_t *)out, x, inverse, noise, m, method, L); break;
-        default: levels_16((int32_t *)out, x, inverse, noise, m, method, L); break;
+static const float ZEROS[128];
+
+/* encode_levels of a chunk of n = k m values given as pieces: piece p's lens[p] values start at values[p] and sit
+   at offset ats[p] (a multiple of 128) of the chunk; what no piece covers is zero (the padding of the layout),
+   as is the rest of a piece's last, partial block. Returns 0 where memory for the block table runs out. */
+int lc_encode_levels(void *out, const float *const *values, const int64_t *ats, const int64_t *lens, int pieces,
+                     const float *inverse, const float *noise, int64_t m, int bits, int method, int levels) {
+    const int64_t blocks = (bits == 16 ? 2 : 8 / bits) * m / 128;
+    const float **table = malloc((size_t)(blocks > 0 ? blocks : 1) * sizeof *table);
+    float *partial = calloc((size_t)(pieces > 0 ? pieces : 1) * 128, sizeof *partial);
+    if (table == NULL || partial == NULL) {
+        free(table);
+        free(partial);
+        return 0;
     }
+    for (int64_t b = 0; b < blocks; b++) table[b] = ZEROS;
+    for (int p = 0; p < pieces; p++) {
+        const int64_t first = ats[p] / 128, whole = lens[p] / 128, rest = lens[p] % 128;
+        for (int64_t i = 0; i < whole; i++) table[first + i] = values[p] + i * 128;
+        if (rest) {
+            memcpy(partial + p * 128, values[p] + whole * 128, (size_t)rest * sizeof *partial);
+            table[first + whole] = partial + p * 128;
+        }
+    }
+    const float L = (float)levels;
+    switch (bits) {
+        case 2: levels_2((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        case 4: levels_4((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        case 8: levels_8((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        default: levels_16((int32_t *)out, table, inverse, noise, m, method, L); break;
+    }
+    free(table);
+    free(partial);
+    return 1;
 }
