@@ -1,11 +1,16 @@
 """The reducers' encoders and decoders: one pass from update values to packed words and back (Lion Cub, Section 6).
 
 Each function is plain torch code over one chunk and writes its result into `out`. `kernel(fn, compiled)` returns
-the function itself (the eager path) or its `torch.compile`d twin (inductor: one fused, vectorised C++ loop on CPU,
-a Triton kernel on GPU). Tensor lengths are marked dynamic, so chunks of every length share one compilation, while
-the options (field width, levels, tie rule) stay compile-time constants: one compilation per reducer setting. Both
-paths compute the same integer codes and the same float operations in the same order, so their results are equal
-bit for bit (tested); only the integer packing is written two ways (src/comm/packing.py `fold`).
+the function itself (the eager path) or its compiled twin (`_Compiled`). On CPU tensors the compiled twin of every
+function in NATIVE (all the reducers' encoders and decoders) runs an explicit C loop (src/comm/native.py: inductor's
+AVX2 code loads integer vectors slowly), equal bit for bit to this torch code; elsewhere (a GPU, or arguments a loop
+does not take, such as the log codes) it runs `torch.compile` (inductor: a fused, vectorised C++ loop on CPU, a
+Triton kernel on GPU). Compiling is lazy: no torch.compile, and no import of torch._dynamo or torch._inductor, until
+a call needs inductor, so a CPU run of the Lion Cub reducers pays no compile time. Tensor lengths are marked
+dynamic, so chunks of every length share one compilation, while the options (field width, levels, tie rule) stay
+compile-time constants: one compilation per reducer setting. Every path computes the same integer codes and the
+same float operations in the same order, so their results are equal bit for bit (tested); only the integer packing
+is written two ways in torch (src/comm/packing.py `fold`).
 
 - `encode_votes`: sign votes (zeros by the tie rule) -> 0/1 fields -> words (Section 3.2, Section 6's 4-bit case);
 - `encode_signs`: sign(x) + 1, exact zeros kept (`zeros="keep"`);
@@ -13,12 +18,10 @@ bit for bit (tested); only the integer packing is written two ways (src/comm/pac
 - `decode_sums`: field-wise sums of the words -> the aggregated direction (majority sign, or the average);
 - `majority_1bit`: the 1-bit reducer's local vote over the world's copies of one chunk (Section 3.1, Fig. 1);
 - `decode_signs_1bit`: 1-bit majority words -> +-1;
-- `encode_cast`, `decode_sign`: the full-precision reference reducers.
+- `encode_cast`, `decode_sign`: the full-precision reference reducers (inductor only).
 Fields are laid out planar (src/comm/packing.py): value i of a chunk of n = k m values is field i // m of word i % m.
-On CPU, the compiled `decode_sums`, `decode_signs_1bit` and `majority_1bit` run as explicit C loops
-(src/comm/native.py: inductor's AVX2 code loads integer vectors slowly), equal bit for bit to this torch code.
 Deliberate difference from the paper: its CuPy kernels are hand-written; ours are generated from this torch code
-(except those three CPU loops).
+on GPU, and hand-written C loops (checked against this code) on CPU.
 """
 from __future__ import annotations
 

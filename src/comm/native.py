@@ -2,20 +2,29 @@
 
 On AVX2, inductor's generated C++ loads every integer vector through a stack copy (`Vectorized<int>::loadu(ptr,
 count)`: a stalled store-to-load forward per vector), so the decoders, which read packed words, ran 4-6x slower than
-a copy of the same bytes. `native_kernels.c` holds the decoders (`decode_sums`, `decode_signs_1bit`,
-`majority_1bit`) as plain C loops that the C compiler vectorises for the machine; they compute the same integers
-and the same float32 operations in the same order as the torch code, so their results are equal bit for bit
-(tested against the eager path on adversarial inputs).
+a copy of the same bytes, and the L1 encoders 4-5x. `native_kernels.c` holds every encoder and decoder of the
+reducers as plain C loops that the C compiler vectorises for the machine:
+- `encode_votes` (every field width, both tie rules), `encode_signs` (fields of 2 bits or more);
+- `encode_levels` for the l1, linf and linf_nozero codes (flat tensors or [blocks, BLOCK] views), and
+  `encode_levels_pieces`, the same codes of a zero-padded chunk read straight from its pieces of the flat vector
+  (the pbit reducer's `encode_pieces`: no padded copy first). The log codes stay on inductor: they take log2, and
+  torch's vectorised log2 is not libm's, so a C loop could not promise the same bits;
+- `decode_sums`, `decode_signs_1bit`, `majority_1bit`.
+They compute the same integers and the same float32 operations in the same order as the torch code (rintf for
+torch.round's half to even), so their results are equal bit for bit (tested against the eager path on adversarial
+inputs: NaN, infinities, -0.0, exact halves, values beyond the levels, subnormals, zero and infinite scales).
 
 `block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in
 torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
 (checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
 
 `src.comm.codec.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
-False, doing nothing, for other tensors; where no C compiler is found the inductor kernel runs, same result). The
-library is built once per source, compiler flags and CPU (model, ISA, feature flags), under the temporary
-directory, with `cc -O3 -march=native` (IEEE float semantics: no FMA contraction, no fast math), and loaded with
-ctypes. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread per rank).
+False, doing nothing, for arguments it does not take; then the inductor kernel runs, same result). The library is
+built on the first call that can use it (a CPU call: a GPU run never builds it), once per source, compiler flags and
+CPU (model, ISA, feature flags), under the temporary directory, with `cc -O3 -march=native` (IEEE float semantics:
+no FMA contraction, no fast math), and loaded with ctypes; where no C compiler is found the loops decline and
+inductor's kernels run. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread
+per rank).
 """
 from __future__ import annotations
 
