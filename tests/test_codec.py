@@ -250,7 +250,7 @@ def test_cpu_reducers_run_without_dynamo():
                 assert torch.equal(compiled, eager), name
         dist.destroy_process_group()
         assert all(runner._compiled is codec._UNSET for runner in codec._COMPILED.values())
-        print("dynamo" if "torch._dynamo" in sys.modules else "", "inductor" if "torch._inductor" in sys.modules else "")
+        print(" ".join(name for name in ("torch._dynamo", "torch._inductor") if name in sys.modules))
         """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1])

@@ -318,4 +318,4 @@ class _Scales:
         self._inverses_through(self.needs[chunk.index][1])
         first = chunk.start // BLOCK
         with self.reducer.timer.phase("quantize"):
-            return self.inverse[self.segment_of_block[first: first + chunk.length // BLOCK]]
+            return torch.index_select(self.inverse, 0, self.segment_of_block[first: first + chunk.length // BLOCK])
