@@ -232,11 +232,13 @@ def test_explicit_encoders_decline_what_they_do_not_handle():
 def test_cpu_reducers_run_without_dynamo():
     """Fast: compiled kernels on CPU tensors run the explicit loops only: a process that encodes and decodes with the
     cub4, cub8 (l1) and cub1 reducers (compile=True) never imports torch._dynamo or torch._inductor, and never
-    calls torch.compile."""
+    calls torch.compile; wrapping the kernels does not build the C library."""
     script = textwrap.dedent("""
         import sys, tempfile, torch, torch.distributed as dist
         from src.comm import codec, make_reducer, native
         codec.allow_recompiles()
+        runners = [codec.kernel(fn, True) for fn in codec.NATIVE]
+        assert not native._LIBRARY, "wrapping a kernel builds nothing (a GPU run never builds the library)"
         if native.library() is None:
             print("no C compiler"); sys.exit(0)
         dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
