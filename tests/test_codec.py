@@ -7,6 +7,11 @@ end-to-end comparisons of reducers and LionCub on 1 to 4 real gloo ranks (odd le
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 import torch._inductor.config
@@ -24,11 +29,11 @@ def both(fn, *args, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     fn(eager, *args)
     runner = codec.kernel(fn, True)
     runner(compiled, *args)
-    assert runner.compiled is not None, f"{fn.__name__} fell back to eager: the comparison would prove nothing"
     if runner.native is not None:  # the explicit CPU loop ran: inductor's kernel (a GPU's Triton twin) must agree too
         inductor = torch.empty_like(out)
         runner.inductor(inductor, *args)
         assert equal_bits(inductor, compiled), f"{fn.__name__}: inductor's kernel and the explicit loop differ"
+    assert runner.compiled is not None, f"{fn.__name__} fell back to eager: the comparison would prove nothing"
     return eager, compiled
 
 
@@ -105,6 +110,154 @@ def test_explicit_l1_block_sums_equal_torchs():
         one = torch.empty(1)
         assert native.block_l1(one, x[row: row + 1])
         assert equal_bits(one, got[row: row + 1]) or (one.isnan().all() and nan[row])
+
+
+def _ties(numel: int, seed: int) -> torch.Tensor:
+    """`adversarial` values with, in every other block, exact halves (k + 0.5: torch.round goes to even), values at,
+    just inside and beyond +-15 and +-levels of any field width, -0.0 and subnormals, for a unit inverse scale."""
+    x = adversarial(numel, seed)
+    g = torch.Generator().manual_seed(seed)
+    special = torch.tensor([0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 14.5, -14.5, 15.0, -15.0, 15.5, -15.5, 16.0, 7.5, -7.5,
+                            3.5, 127.5, -127.5, 32767.5, 1e9, -1e9, -0.0, 0.0, 1e-45, -1e-45, 0.49999997, -0.49999997,
+                            0.50000006, 1.0, -1.0])
+    for block in range(0, numel // BLOCK, 2):
+        x[block * BLOCK: (block + 1) * BLOCK] = special[torch.randint(0, len(special), (BLOCK,), generator=g)]
+    return x
+
+
+def _inverses(blocks: int, seed: int) -> torch.Tensor:
+    """Inverse scales: 1 in every other block (where `_ties` put its halves), else 0, subnormal, tiny, huge, inf
+    and random powers of ten."""
+    g = torch.Generator().manual_seed(seed)
+    inverse = torch.pow(10.0, torch.randint(-38, 38, (blocks,), generator=g).float())
+    inverse[0::2] = 1.0
+    odd = [0.0, 1e-42, 1e-30, float("inf"), 3e38, 0.5]
+    for i, value in zip(range(1, blocks, 2), odd):
+        inverse[i] = value
+    return inverse
+
+
+def test_explicit_encoders_equal_eager_bit_for_bit():
+    """Fast: the explicit CPU encoders (src/comm/native.py) give the eager torch code's words bit for bit: votes at
+    every field width and both tie rules, signs at every width that holds them, and the l1, linf and linf_nozero
+    codes at every width whose fields hold them, flat and as [blocks, BLOCK] views (as the pbit reducer calls
+    them), on adversarial values (NaN, +-inf, -0.0, exact halves, values at and beyond +-levels, subnormals,
+    inverse scales of 0, subnormal and inf), at word counts that are not multiples of a vector's width."""
+    if native.library() is None:
+        pytest.skip("no C compiler here: the encoders run inductor's kernels")
+    for bits in FIELD_WIDTHS:
+        k, wd = fields_per_word(bits), word_dtype(bits)
+        for m in (1, 3, 37, 301):
+            x = _ties(k * m, seed=bits + m)
+            for positive in (True, False):
+                eager, loop = torch.empty(m, dtype=wd), torch.full((m,), 7, dtype=wd)
+                codec.encode_votes(eager, x, positive, bits)
+                assert native.encode_votes(loop, x, positive, bits) and torch.equal(eager, loop), (bits, m, positive)
+            if bits > 1:
+                eager, loop = torch.empty(m, dtype=wd), torch.full((m,), 7, dtype=wd)
+                codec.encode_signs(eager, x, bits)
+                assert native.encode_signs(loop, x, bits) and torch.equal(eager, loop), (bits, m)
+    g = torch.Generator().manual_seed(0)
+    seen = set()
+    for bits in (2, 4, 8, 16):
+        k, wd = fields_per_word(bits), word_dtype(bits)
+        for levels in (1, 3, 7, 15, 127, 16383):
+            if 2 * levels > (1 << bits) - 1:
+                continue
+            for method in ("l1", "linf", "linf_nozero"):
+                for blocks in (k, 3 * k):
+                    n = blocks * BLOCK
+                    x, inverse = _ties(n, seed=levels + blocks), _inverses(blocks, seed=bits + levels)
+                    noise = torch.rand(n, generator=g) if method != "l1" else None
+                    if noise is not None:
+                        noise[:BLOCK:3] = 0.0  # u = 0: rounds up exactly where the fraction is above 0
+                    eager = torch.empty(n // k, dtype=wd)
+                    codec.encode_levels(eager, x, inverse, noise, method, levels, bits)
+                    views = [(x, noise, torch.full((n // k,), 7, dtype=wd))]
+                    if k == 1:  # the pbit reducer's [blocks, BLOCK] views
+                        views.append((x.view(-1, BLOCK), None if noise is None else noise.view(-1, BLOCK),
+                                      torch.full((blocks, BLOCK), 7, dtype=wd)))
+                    for values, u, loop in views:
+                        assert native.encode_levels(loop, values, inverse, u, method, levels, bits)
+                        assert torch.equal(eager, loop.view(-1)), (method, levels, bits, blocks, loop.dim())
+                    codes = torch.stack([(eager.to(torch.int32) >> (bits * j)) & ((1 << bits) - 1)
+                                         for j in range(k)])
+                    seen.update((int(codes.min()) == 0, int(codes.max()) == 2 * levels))
+    assert seen == {True}, "the codes reached both ends of the range"
+
+
+def test_explicit_l1_encode_from_pieces_equals_the_padded_chunks():
+    """Fast: the pbit reducer's encode of a padded chunk straight from its pieces of the flat vector (whole blocks
+    in place, a piece's partial last block and the gaps as zeros) gives the eager encode of the zero-padded copy,
+    bit for bit, at every field width that holds L1 codes."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    vector = _ties(4000, seed=11)
+    for bits, levels in ((2, 1), (4, 7), (8, 15), (16, 15)):
+        k = fields_per_word(bits)
+        numel = 16 * k * BLOCK
+        layout = [(0, 0, 300), (300, 3 * BLOCK, 2 * BLOCK), (300 + 2 * BLOCK, 6 * BLOCK, 1), (700, 7 * BLOCK, 900)]
+        padded = torch.zeros(numel)
+        pieces = []
+        for start, at, length in layout:
+            padded[at: at + length] = vector[start: start + length]
+            pieces.append((vector[start: start + length], at))
+        inverse = _inverses(numel // BLOCK, seed=bits)
+        eager = torch.empty(numel // k, dtype=word_dtype(bits))
+        codec.encode_levels(eager, padded, inverse, None, "l1", levels, bits)
+        loop = torch.full_like(eager, 3)
+        assert native.encode_levels_pieces(loop, pieces, numel, inverse, None, "l1", levels, bits)
+        assert torch.equal(eager, loop), bits
+    assert not native.encode_levels_pieces(loop, [(vector[:10], 5)], numel, inverse, None, "l1", 15, 16)
+
+
+def test_explicit_encoders_decline_what_they_do_not_handle():
+    """Fast: the encoders return False, writing nothing, where the eager code must run: log codes, linf without
+    noise, 1-bit sign fields, codes wider than their field, non-contiguous or non-float32 values."""
+    if native.library() is None:
+        pytest.skip("no C compiler here")
+    x, inverse = torch.randn(2 * BLOCK), torch.ones(2)
+    out = torch.full((BLOCK,), 9, dtype=torch.uint8)
+    assert not native.encode_levels(out, x, inverse, None, "log", 7, 4)
+    assert not native.encode_levels(out, x, inverse, None, "linf", 7, 4)
+    assert not native.encode_levels(out, x, inverse, None, "l1", 8, 4)  # 2 L = 16 > 15
+    assert not native.encode_levels(out, x.view(2, -1).t(), inverse, None, "l1", 7, 4)
+    assert not native.encode_levels(out, x.double(), inverse, None, "l1", 7, 4)
+    assert not native.encode_signs(torch.empty(2 * BLOCK // 8, dtype=torch.uint8), x, 1)
+    assert not native.encode_votes(torch.empty(BLOCK, dtype=torch.int32), x, True, 8)  # wrong word type
+    assert not native.encode_votes(torch.empty(BLOCK // 4, dtype=torch.uint8), x[::2], True, 2)
+    assert torch.equal(out, torch.full((BLOCK,), 9, dtype=torch.uint8))
+
+
+def test_cpu_reducers_run_without_dynamo():
+    """Fast: compiled kernels on CPU tensors run the explicit loops only: a process that encodes and decodes with the
+    cub4, cub8 (l1) and cub1 reducers (compile=True) never imports torch._dynamo or torch._inductor, and never
+    calls torch.compile; wrapping the kernels does not build the C library."""
+    script = textwrap.dedent("""
+        import sys, tempfile, torch, torch.distributed as dist
+        from src.comm import codec, make_reducer, native
+        codec.allow_recompiles()
+        runners = [codec.kernel(fn, True) for fn in codec.NATIVE]
+        assert not native._LIBRARY, "wrapping a kernel builds nothing (a GPU run never builds the library)"
+        if native.library() is None:
+            print("no C compiler"); sys.exit(0)
+        dist.init_process_group("gloo", init_method=f"file://{tempfile.mkdtemp()}/store", rank=0, world_size=1)
+        x = torch.randn(3 * 4096 + 17)
+        for name, options in (("pbit", dict(quant="sign", bits=4)), ("pbit", dict(quant="l1", levels=15, bits=8)),
+                              ("onebit", {})):
+            reducers = [make_reducer(name, segments=[4096, 2 * 4096 + 17], chunk=2048, compile=compiled, **options)
+                        for compiled in (True, False)]
+            for step in (1, 2):
+                compiled, eager = (reducer.reduce(x, step).clone() for reducer in reducers)
+                assert torch.equal(compiled, eager), name
+        dist.destroy_process_group()
+        assert all(runner._compiled is codec._UNSET for runner in codec._COMPILED.values())
+        print(" ".join(name for name in ("torch._dynamo", "torch._inductor") if name in sys.modules))
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() in ("", "no C compiler"), done.stdout
 
 
 @pytest.mark.slow

@@ -145,6 +145,11 @@ class ChunkedReducer(Reducer):
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
+        """The words of a chunk that is not plain, encoded straight from its pieces of the flat `vector` (no padded
+        copy), where the reducer can; else None (nothing done), and the chunk is copied and encoded."""
+        return None
+
     def observe_vector(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor) -> None:
         """`observe` the chunk of the flat unpadded `vector` (here from its padded copy in the scratch, which the
         encode that follows overwrites)."""
@@ -203,6 +208,9 @@ def encode_from_vector(reducer: ChunkedReducer, reduction: Reduction, chunk: Chu
     (`observe_vector`; the copy of a padded chunk is timed as `quantize`)."""
     for ahead in reducer.statistics_wanted(reduction, chunk):
         reducer.observe_vector(reduction, ahead, update)
+    words = None if chunk.plain else reducer.encode_pieces(reduction, chunk, update, slot)
+    if words is not None:
+        return words
     with reducer.timer.phase("quantize"):
         values = vector_chunk(update, chunk, reduction.scratch)
     return reducer.encode(reduction, chunk, values, slot)

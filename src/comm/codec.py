@@ -1,11 +1,16 @@
 """The reducers' encoders and decoders: one pass from update values to packed words and back (Lion Cub, Section 6).
 
 Each function is plain torch code over one chunk and writes its result into `out`. `kernel(fn, compiled)` returns
-the function itself (the eager path) or its `torch.compile`d twin (inductor: one fused, vectorised C++ loop on CPU,
-a Triton kernel on GPU). Tensor lengths are marked dynamic, so chunks of every length share one compilation, while
-the options (field width, levels, tie rule) stay compile-time constants: one compilation per reducer setting. Both
-paths compute the same integer codes and the same float operations in the same order, so their results are equal
-bit for bit (tested); only the integer packing is written two ways (src/comm/packing.py `fold`).
+the function itself (the eager path) or its compiled twin (`_Compiled`). On CPU tensors the compiled twin of every
+function in NATIVE (all the reducers' encoders and decoders) runs an explicit C loop (src/comm/native.py: inductor's
+AVX2 code loads integer vectors slowly), equal bit for bit to this torch code; elsewhere (a GPU, or arguments a loop
+does not take, such as the log codes) it runs `torch.compile` (inductor: a fused, vectorised C++ loop on CPU, a
+Triton kernel on GPU). Compiling is lazy: no torch.compile, and no import of torch._dynamo or torch._inductor, until
+a call needs inductor, so a CPU run of the Lion Cub reducers pays no compile time. Tensor lengths are marked
+dynamic, so chunks of every length share one compilation, while the options (field width, levels, tie rule) stay
+compile-time constants: one compilation per reducer setting. Every path computes the same integer codes and the
+same float operations in the same order, so their results are equal bit for bit (tested); only the integer packing
+is written two ways in torch (src/comm/packing.py `fold`).
 
 - `encode_votes`: sign votes (zeros by the tie rule) -> 0/1 fields -> words (Section 3.2, Section 6's 4-bit case);
 - `encode_signs`: sign(x) + 1, exact zeros kept (`zeros="keep"`);
@@ -13,15 +18,14 @@ bit for bit (tested); only the integer packing is written two ways (src/comm/pac
 - `decode_sums`: field-wise sums of the words -> the aggregated direction (majority sign, or the average);
 - `majority_1bit`: the 1-bit reducer's local vote over the world's copies of one chunk (Section 3.1, Fig. 1);
 - `decode_signs_1bit`: 1-bit majority words -> +-1;
-- `encode_cast`, `decode_sign`: the full-precision reference reducers.
+- `encode_cast`, `decode_sign`: the full-precision reference reducers (inductor only).
 Fields are laid out planar (src/comm/packing.py): value i of a chunk of n = k m values is field i // m of word i % m.
-On CPU, the compiled `decode_sums`, `decode_signs_1bit` and `majority_1bit` run as explicit C loops
-(src/comm/native.py: inductor's AVX2 code loads integer vectors slowly), equal bit for bit to this torch code.
 Deliberate difference from the paper: its CuPy kernels are hand-written; ours are generated from this torch code
-(except those three CPU loops).
+on GPU, and hand-written C loops (checked against this code) on CPU.
 """
 from __future__ import annotations
 
+import sys
 import warnings
 
 import torch
@@ -43,6 +47,7 @@ def kernel(fn, compiled: bool):
 
 
 RECOMPILE_LIMIT = 64
+_RECOMPILE_LIMIT: list = []  # the largest limit asked for, applied to dynamo when it is (or is first) imported
 
 
 def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
@@ -51,24 +56,51 @@ def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
     Each set of constants (field width, tie rule, levels, world size...) is its own compilation of a function; a
     process that runs several reducer settings (a run with statistics, benchmarks, tests) needs more than 8, beyond
     which `fullgraph=True` fails and the kernel runs eagerly (same result, slower). A process-wide setting: called
-    where a run, a benchmark or a test process starts (src/engine/run.py, src/bench, tests/conftest.py)."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, limit)
+    where a run, a benchmark or a test process starts (src/engine/run.py, src/bench, tests/conftest.py). It does not
+    import dynamo: the limit is set where dynamo is already loaded, else when the first kernel is compiled."""
+    _RECOMPILE_LIMIT[:] = [max([limit, *_RECOMPILE_LIMIT])]
+    if "torch._dynamo" in sys.modules:
+        _apply_recompile_limit()
+
+
+def _apply_recompile_limit() -> None:
+    if _RECOMPILE_LIMIT:
+        config = sys.modules["torch._dynamo"].config
+        config.recompile_limit = max(config.recompile_limit, _RECOMPILE_LIMIT[0])
+
+
+_UNSET = object()
 
 
 class _Compiled:
     """`fn` under torch.compile, with every tensor argument's length marked dynamic (ints and strings stay
     constants: `dynamic=True` would make the field width symbolic too, and the loop slow), except for the functions
-    in STATIC_SHAPES. Where compiling fails
-    (no C++ compiler, an unsupported device), it warns once and runs `fn` itself, which gives the same result.
-    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py), where they can be built."""
+    in STATIC_SHAPES. Where compiling fails (no C++ compiler, an unsupported device), it warns once and runs `fn`
+    itself, which gives the same result.
+    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py) where they take the
+    arguments. Everything is lazy: torch.compile (and the import of dynamo and inductor) happens on the first call
+    that needs inductor (a GPU tensor, or arguments the C loop declines), and the C library is built on the first
+    CPU call of a loop, so a CPU run of the loops never loads dynamo and a GPU run never builds the library."""
 
     def __init__(self, fn):
-        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
-        self.dynamic = fn not in STATIC_SHAPES
-        self.native = NATIVE.get(fn) if fn in NATIVE and native.library() is not None else None
+        self.fn, self.dynamic, self._loop = fn, fn not in STATIC_SHAPES, NATIVE.get(fn)
+        self._compiled = _UNSET
+
+    @property
+    def native(self):
+        """The explicit CPU loop that replaces `fn` on plain CPU tensors, or None (none, or no C compiler here)."""
+        return self._loop if self._loop is not None and native.library() is not None else None
+
+    @property
+    def compiled(self):
+        """The torch.compile'd `fn` (made on first use), or None where compiling failed."""
+        if self._compiled is _UNSET:
+            self._compiled = torch.compile(self.fn, dynamic=False, fullgraph=True)
+            _apply_recompile_limit()
+        return self._compiled
 
     def __call__(self, *args):
-        if self.native is not None and self.native(*args):  # plain CPU tensors: done by the explicit loop
+        if self._loop is not None and self._loop(*args):  # plain CPU tensors: done by the explicit loop
             return None
         return self.inductor(*args)
 
@@ -83,7 +115,7 @@ class _Compiled:
             except Exception as exc:  # noqa: BLE001 - any compiler failure: the eager path is exact
                 warnings.warn(f"lioncub: torch.compile of {self.fn.__name__} failed ({type(exc).__name__}: {exc}); "
                               "running it eagerly (same result, slower)")
-                self.compiled = None
+                self._compiled = None
         return self.fn(*args)
 
 
@@ -175,7 +207,8 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> None:
 # inductor flattens the [8, m] output of the 1-bit decode into one loop with a division per element, 40x slower.
 STATIC_SHAPES = {decode_signs_1bit}
 # On CPU, these run as explicit C loops instead (src/comm/native.py: inductor's AVX2 integer loads are slow).
-NATIVE = {decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
+NATIVE = {encode_votes: native.encode_votes, encode_signs: native.encode_signs, encode_levels: native.encode_levels,
+          decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
           majority_1bit: native.majority_1bit}
 
 

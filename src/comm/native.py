@@ -2,20 +2,29 @@
 
 On AVX2, inductor's generated C++ loads every integer vector through a stack copy (`Vectorized<int>::loadu(ptr,
 count)`: a stalled store-to-load forward per vector), so the decoders, which read packed words, ran 4-6x slower than
-a copy of the same bytes. `native_kernels.c` holds the decoders (`decode_sums`, `decode_signs_1bit`,
-`majority_1bit`) as plain C loops that the C compiler vectorises for the machine; they compute the same integers
-and the same float32 operations in the same order as the torch code, so their results are equal bit for bit
-(tested against the eager path on adversarial inputs).
+a copy of the same bytes, and the L1 encoders 4-5x. `native_kernels.c` holds every encoder and decoder of the
+reducers as plain C loops that the C compiler vectorises for the machine:
+- `encode_votes` (every field width, both tie rules), `encode_signs` (fields of 2 bits or more);
+- `encode_levels` for the l1, linf and linf_nozero codes (flat tensors or [blocks, BLOCK] views), and
+  `encode_levels_pieces`, the same codes of a zero-padded chunk read straight from its pieces of the flat vector
+  (the pbit reducer's `encode_pieces`: no padded copy first). The log codes stay on inductor: they take log2, and
+  torch's vectorised log2 is not libm's, so a C loop could not promise the same bits;
+- `decode_sums`, `decode_signs_1bit`, `majority_1bit`.
+They compute the same integers and the same float32 operations in the same order as the torch code (rintf for
+torch.round's half to even), so their results are equal bit for bit (tested against the eager path on adversarial
+inputs: NaN, infinities, -0.0, exact halves, values beyond the levels, subnormals, zero and infinite scales).
 
 `block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in
 torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
 (checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
 
 `src.comm.codec.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
-False, doing nothing, for other tensors; where no C compiler is found the inductor kernel runs, same result). The
-library is built once per source, compiler flags and CPU (model, ISA, feature flags), under the temporary
-directory, with `cc -O3 -march=native` (IEEE float semantics: no FMA contraction, no fast math), and loaded with
-ctypes. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread per rank).
+False, doing nothing, for arguments it does not take; then the inductor kernel runs, same result). The library is
+built on the first call that can use it (a CPU call: a GPU run never builds it), once per source, compiler flags and
+CPU (model, ISA, feature flags), under the temporary directory, with `cc -O3 -march=native` (IEEE float semantics:
+no FMA contraction, no fast math), and loaded with ctypes; where no C compiler is found the loops decline and
+inductor's kernels run. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread
+per rank).
 """
 from __future__ import annotations
 
@@ -27,10 +36,12 @@ import subprocess
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
-from src.comm.packing import fields_per_word, word_dtype
+from src.comm.packing import FIELD_WIDTHS, fields_per_word, word_dtype
+from src.quant.blocks import BLOCK
 from src.utils import machine
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
@@ -72,12 +83,18 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
     lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
     lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
-    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1):
+    lib.lc_encode_votes.argtypes = [ptr, ptr, i64, i32, i32]
+    lib.lc_encode_signs.argtypes = [ptr, ptr, i64, i32]
+    lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i32, ptr, ptr, i64, i32, i32, i32]
+    lib.lc_encode_levels.restype = i32
+    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1,
+               lib.lc_encode_votes, lib.lc_encode_signs):
         fn.restype = None
     return lib
 
 
 def library() -> ctypes.CDLL | None:
+    """The loaded library, built on the first call (the first CPU call of a loop), or None where it cannot be."""
     if not _LIBRARY:
         _LIBRARY.append(_build())
     return _LIBRARY[0]
@@ -88,11 +105,21 @@ def _plain(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
+def _float32(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.float32 for t in tensors)
+
+
+def _words(out: torch.Tensor, values: int, bits: int) -> bool:
+    """`out` holds the words of `values` fields of `bits` bits (planar: values a multiple of the fields per word)."""
+    return (bits in FIELD_WIDTHS and out.dtype == word_dtype(bits) and values % fields_per_word(bits) == 0
+            and out.numel() * fields_per_word(bits) == values)
+
+
 def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float, votes: bool, majority: bool,
                 divisor: float) -> bool:
     """codec.decode_sums as one loop; False (nothing done) where the tensors are not plain CPU ones."""
-    if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != word_dtype(bits)
-            or out.numel() != words.numel() * fields_per_word(bits)):
+    if (not _plain(out, words) or out.dtype != torch.float32 or not _words(words, out.numel(), bits)
+            or library() is None):
         return False
     library().lc_decode_sums(out.data_ptr(), words.data_ptr(), words.numel(), bits, offset, int(votes),
                              int(majority), divisor)
@@ -101,7 +128,7 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
 
 def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
     if (not _plain(out, words) or out.dtype != torch.float32 or words.dtype != torch.uint8
-            or out.numel() != 8 * words.numel()):
+            or out.numel() != 8 * words.numel() or library() is None):
         return False
     library().lc_decode_signs_1bit(out.data_ptr(), words.data_ptr(), words.numel())
     return True
@@ -109,10 +136,73 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
 
 def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> bool:
     if (not _plain(out, received) or out.dtype != torch.uint8 or received.dtype != torch.uint8
-            or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31):
+            or received.numel() != world_size * out.numel() or not 1 <= world_size < 1 << 31
+            or library() is None):
         return False
     library().lc_majority_1bit(out.data_ptr(), received.data_ptr(), out.numel(), world_size, int(positive))
     return True
+
+
+def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: int) -> bool:
+    """codec.encode_votes as one loop, at every field width; False (nothing done) for other tensors."""
+    if (not _plain(out, update) or not _float32(update) or out.dim() != 1 or not _words(out, update.numel(), bits)
+            or library() is None):
+        return False
+    library().lc_encode_votes(out.data_ptr(), update.data_ptr(), out.numel(), bits, int(bool(positive)))
+    return True
+
+
+def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
+    """codec.encode_signs as one loop, for fields of 2 bits or more (those that hold sign + 1 <= 2)."""
+    if (not _plain(out, update) or not _float32(update) or out.dim() != 1 or bits == 1
+            or not _words(out, update.numel(), bits) or library() is None):
+        return False
+    library().lc_encode_signs(out.data_ptr(), update.data_ptr(), out.numel(), bits)
+    return True
+
+
+LEVEL_METHODS = {"l1": 0, "linf": 1, "linf_nozero": 2}  # "log" (log2: torch's vector log2 is not libm's) is not here
+
+
+def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: torch.Tensor | None, method: str,
+                  levels: int, bits: int) -> bool:
+    """Whether `lc_encode_levels` takes these arguments: l1, linf or linf_nozero codes that fit their field
+    (2 levels <= 2**bits - 1), whole blocks in every field plane, plain float32 scales (and noise for linf)."""
+    noisy = method in ("linf", "linf_nozero")
+    return (method in LEVEL_METHODS and isinstance(levels, int) and 1 <= 2 * levels <= (1 << bits) - 1
+            and _words(out, numel, bits) and numel % (fields_per_word(bits) * BLOCK) == 0
+            and _plain(out, inverse) and _float32(inverse) and inverse.dim() == 1 and inverse.numel() * BLOCK == numel
+            and (not noisy or (noise is not None and _plain(noise) and _float32(noise) and noise.numel() == numel))
+            and library() is not None)
+
+
+def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
+                  method: str, levels: int, bits: int) -> bool:
+    """codec.encode_levels as one loop for the l1, linf and linf_nozero codes, flat tensors or [blocks, BLOCK]
+    views alike (see `_levels_taken`); False (nothing done) otherwise."""
+    if not (_plain(update) and _float32(update) and _levels_taken(out, update.numel(), inverse, noise, method,
+                                                                   levels, bits)):
+        return False
+    return encode_levels_pieces(out, [(update, 0)], update.numel(), inverse, noise, method, levels, bits)
+
+
+def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor, int]], numel: int,
+                         inverse: torch.Tensor, noise: torch.Tensor | None, method: str, levels: int,
+                         bits: int) -> bool:
+    """`encode_levels` of a zero-padded chunk of `numel` values given by its pieces, with no padded copy: each piece
+    is (values, offset in the chunk), the offsets multiples of BLOCK, in order; what no piece covers is zero. The
+    words are those of the padded chunk, bit for bit. False (nothing done) where the loop does not take them."""
+    if not (all(_plain(v) and _float32(v) and at % BLOCK == 0 and at + v.numel() <= numel for v, at in pieces)
+            and _levels_taken(out, numel, inverse, noise, method, levels, bits)):
+        return False
+    count = len(pieces)
+    values = (ctypes.c_void_p * max(count, 1))(*[v.data_ptr() for v, _ in pieces])
+    ats = (ctypes.c_int64 * max(count, 1))(*[at for _, at in pieces])
+    lens = (ctypes.c_int64 * max(count, 1))(*[v.numel() for v, _ in pieces])
+    noisy = method in ("linf", "linf_nozero")
+    return bool(library().lc_encode_levels(out.data_ptr(), values, ats, lens, count, inverse.data_ptr(),
+                                           noise.data_ptr() if noisy else None, out.numel(), bits,
+                                           LEVEL_METHODS[method], levels))
 
 
 _LANES: list = []  # [the vector width whose order torch.sum follows here, or None], once checked

@@ -1,11 +1,15 @@
-/* The decoders of src/comm/codec.py as plain C loops, for CPUs (src/comm/native.py builds and loads this file).
+/* The encoders and decoders of src/comm/codec.py as plain C loops, for CPUs (src/comm/native.py builds and loads
+this file).
 
 Inductor's AVX2 code loads every integer vector through a stack copy (a stalled store-to-load forward per
-vector), so its decoders, which read packed integer words, run 4-6x slower than a copy; these loops read the words
-directly and the C compiler vectorises them for the machine's ISA. Each computes the same integer field sums and
-the same float32 operations, in the same order, as the torch code of its namesake in codec.py (no FMA contraction,
-no reciprocal: the build flags keep IEEE float semantics), so the results are equal bit for bit. */
+vector), so its decoders, which read packed integer words, ran 4-6x slower than a copy, and its L1 encoders 4-5x;
+these loops read and write the words directly and the C compiler vectorises them for the machine's ISA. Each
+computes the same integers and the same float32 operations, in the same order, as the torch code of its namesake in
+codec.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE float
+semantics), so the results are equal bit for bit. The layout is planar (src/comm/packing.py): value j m + i of n =
+k m values is field j of word i. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 
@@ -123,4 +127,169 @@ void lc_block_l1(float *restrict out, const float *restrict x, int64_t rows, int
         case 16: block_l1_rows(out, x, rows, 16); break;
         default: block_l1_rows(out, x, rows, 32); break;
     }
+}
+
+
+/* encode_votes: field j of word i is 1 where x[j m + i] votes +1 (x > 0, or x >= 0 with ties to +1; NaN: 0). */
+#define VOTES(K, BITS, WORD)                                                                                  \
+    static void votes_##BITS(WORD *restrict out, const float *restrict x, int64_t m, int positive) {         \
+        if (positive) {                                                                                       \
+            for (int64_t i = 0; i < m; i++) {                                                                 \
+                uint32_t w = 0;                                                                               \
+                for (int j = 0; j < K; j++) w |= (uint32_t)(x[j * m + i] >= 0.0f) << (BITS * j);              \
+                out[i] = (WORD)w;                                                                             \
+            }                                                                                                 \
+        } else {                                                                                              \
+            for (int64_t i = 0; i < m; i++) {                                                                 \
+                uint32_t w = 0;                                                                               \
+                for (int j = 0; j < K; j++) w |= (uint32_t)(x[j * m + i] > 0.0f) << (BITS * j);               \
+                out[i] = (WORD)w;                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+VOTES(8, 1, uint8_t)
+VOTES(4, 2, uint8_t)
+VOTES(2, 4, uint8_t)
+VOTES(1, 8, uint8_t)
+VOTES(2, 16, int32_t)
+
+void lc_encode_votes(void *out, const float *x, int64_t m, int bits, int positive) {
+    switch (bits) {
+        case 1: votes_1((uint8_t *)out, x, m, positive); break;
+        case 2: votes_2((uint8_t *)out, x, m, positive); break;
+        case 4: votes_4((uint8_t *)out, x, m, positive); break;
+        case 8: votes_8((uint8_t *)out, x, m, positive); break;
+        default: votes_16((int32_t *)out, x, m, positive); break;
+    }
+}
+
+/* encode_signs: field j of word i is sign(x) + 1 in {0, 1, 2} of x[j m + i] (NaN: 1); fields of 2 bits or more. */
+#define SIGNS(K, BITS, WORD)                                                                                  \
+    static void signs_##BITS(WORD *restrict out, const float *restrict x, int64_t m) {                       \
+        for (int64_t i = 0; i < m; i++) {                                                                     \
+            uint32_t w = 0;                                                                                   \
+            for (int j = 0; j < K; j++) {                                                                     \
+                float v = x[j * m + i];                                                                       \
+                w |= (uint32_t)(1 + (v > 0.0f) - (v < 0.0f)) << (BITS * j);                                   \
+            }                                                                                                 \
+            out[i] = (WORD)w;                                                                                 \
+        }                                                                                                     \
+    }
+SIGNS(4, 2, uint8_t)
+SIGNS(2, 4, uint8_t)
+SIGNS(1, 8, uint8_t)
+SIGNS(2, 16, int32_t)
+
+void lc_encode_signs(void *out, const float *x, int64_t m, int bits) {
+    switch (bits) {
+        case 2: signs_2((uint8_t *)out, x, m); break;
+        case 4: signs_4((uint8_t *)out, x, m); break;
+        case 8: signs_8((uint8_t *)out, x, m); break;
+        default: signs_16((int32_t *)out, x, m); break;
+    }
+}
+
+/* The code of one value shifted to [0, 2L], as src.quant.blocks.quantize_blocks gives it plus `levels`:
+   l1: clamp(round(x inv), -L, L) (round half to even: rintf in the default rounding mode);
+   linf: q = floor(y), q + (u < y - q), clamped; linf_nozero: then sign(x) where q == 0 and x != 0;
+   a NaN code (NaN input, or inf * 0) is 0. Clamping is done on floats first, so the integer cast is exact. */
+static inline float clamp_levels(float q, float L) { return q < -L ? -L : (q > L ? L : q); }
+
+static inline uint32_t code_l1(float x, float inv, float L) {
+    float q = clamp_levels(rintf(x * inv), L);
+    return (uint32_t)(int32_t)((q != q ? 0.0f : q) + L);
+}
+
+static inline uint32_t code_linf(float x, float inv, float u, float L, int nozero) {
+    float y = x * inv;
+    float q = floorf(y);
+    float fraction = y - q;
+    q = clamp_levels(q + (u < fraction ? 1.0f : 0.0f), L);
+    if (nozero && q == 0.0f && x != 0.0f) q = x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+    return (uint32_t)(int32_t)((q != q ? 0.0f : q) + L);
+}
+
+/* encode_levels: n = k m values, block b of 128 values read from table[b] and scaled by inverse[b]; method 0: l1,
+   1: linf, 2: linf_nozero. m is a multiple of 128, so a tile of 128 words takes its k fields from k whole blocks. */
+#define LEVELS(K, BITS, WORD)                                                                                 \
+    static void levels_##BITS(WORD *restrict out, const float *const *table, const float *restrict inverse,  \
+                              const float *restrict noise, int64_t m, int method, float L) {                 \
+        const int64_t rows = m / 128;                                                                         \
+        for (int64_t r = 0; r < rows; r++) {                                                                  \
+            WORD *restrict o = out + r * 128;                                                                 \
+            uint32_t w[128];                                                                                  \
+            for (int l = 0; l < 128; l++) w[l] = 0;                                                           \
+            for (int j = 0; j < K; j++) {                                                                     \
+                const float *restrict b = table[j * rows + r];                                                \
+                const float inv = inverse[j * rows + r];                                                      \
+                if (method == 0) {                                                                            \
+                    for (int l = 0; l < 128; l++) w[l] |= code_l1(b[l], inv, L) << (BITS * j);                \
+                } else {                                                                                      \
+                    const float *restrict u = noise + j * m + r * 128;                                        \
+                    if (method == 1)                                                                          \
+                        for (int l = 0; l < 128; l++) w[l] |= code_linf(b[l], inv, u[l], L, 0) << (BITS * j); \
+                    else                                                                                      \
+                        for (int l = 0; l < 128; l++) w[l] |= code_linf(b[l], inv, u[l], L, 1) << (BITS * j); \
+                }                                                                                             \
+            }                                                                                                 \
+            for (int l = 0; l < 128; l++) o[l] = (WORD)w[l];                                                  \
+        }                                                                                                     \
+    }
+LEVELS(4, 2, uint8_t)
+LEVELS(2, 4, uint8_t)
+LEVELS(2, 16, int32_t)
+
+/* One field per word (8 bits): the codes are the words. */
+static void levels_8(uint8_t *restrict out, const float *const *table, const float *restrict inverse,
+                     const float *restrict noise, int64_t m, int method, float L) {
+    for (int64_t r = 0; r < m / 128; r++) {
+        const float *restrict b = table[r];
+        uint8_t *restrict o = out + r * 128;
+        const float inv = inverse[r];
+        if (method == 0) {
+            for (int l = 0; l < 128; l++) o[l] = (uint8_t)code_l1(b[l], inv, L);
+        } else {
+            const float *restrict u = noise + r * 128;
+            if (method == 1)
+                for (int l = 0; l < 128; l++) o[l] = (uint8_t)code_linf(b[l], inv, u[l], L, 0);
+            else
+                for (int l = 0; l < 128; l++) o[l] = (uint8_t)code_linf(b[l], inv, u[l], L, 1);
+        }
+    }
+}
+
+static const float ZEROS[128];
+
+/* encode_levels of a chunk of n = k m values given as pieces: piece p's lens[p] values start at values[p] and sit
+   at offset ats[p] (a multiple of 128) of the chunk; what no piece covers is zero (the padding of the layout),
+   as is the rest of a piece's last, partial block. Returns 0 where memory for the block table runs out. */
+int lc_encode_levels(void *out, const float *const *values, const int64_t *ats, const int64_t *lens, int pieces,
+                     const float *inverse, const float *noise, int64_t m, int bits, int method, int levels) {
+    const int64_t blocks = (bits == 16 ? 2 : 8 / bits) * m / 128;
+    const float **table = malloc((size_t)(blocks > 0 ? blocks : 1) * sizeof *table);
+    float *partial = calloc((size_t)(pieces > 0 ? pieces : 1) * 128, sizeof *partial);
+    if (table == NULL || partial == NULL) {
+        free(table);
+        free(partial);
+        return 0;
+    }
+    for (int64_t b = 0; b < blocks; b++) table[b] = ZEROS;
+    for (int p = 0; p < pieces; p++) {
+        const int64_t first = ats[p] / 128, whole = lens[p] / 128, rest = lens[p] % 128;
+        for (int64_t i = 0; i < whole; i++) table[first + i] = values[p] + i * 128;
+        if (rest) {
+            memcpy(partial + p * 128, values[p] + whole * 128, (size_t)rest * sizeof *partial);
+            table[first + whole] = partial + p * 128;
+        }
+    }
+    const float L = (float)levels;
+    switch (bits) {
+        case 2: levels_2((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        case 4: levels_4((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        case 8: levels_8((uint8_t *)out, table, inverse, noise, m, method, L); break;
+        default: levels_16((int32_t *)out, table, inverse, noise, m, method, L); break;
+    }
+    free(table);
+    free(partial);
+    return 1;
 }

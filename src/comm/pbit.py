@@ -150,6 +150,20 @@ class PBitReducer(ChunkedReducer):
                 words = words.view(-1)
         return words
 
+    def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
+        """L1 codes of a padded chunk straight from its pieces of the flat vector, with the explicit CPU loop
+        (src/comm/native.py; compiled kernels only, the same words as the padded copy's encode); else None."""
+        if (self.quant != "l1" or not self.compiled(reduction.plan.numel) or vector.device.type != "cpu"
+                or (self.check_finite and not reduction.checked) or native.library() is None):
+            return None
+        words = self.words(reduction.plan, slot, reduction.device)[: chunk.length // fields_per_word(self.bits)]
+        inverse = reduction.scales.for_chunk(chunk)
+        pieces = [(vector[p.unpadded: p.unpadded + p.length], p.at) for p in chunk.pieces]
+        with self.timer.phase("quantize"):
+            done = native.encode_levels_pieces(words, pieces, chunk.length, inverse, None, "l1", self.levels,
+                                               self.bits)
+        return words if done else None
+
     def _noise(self, chunk: Chunk, reduction: Reduction) -> torch.Tensor:
         """Uniform noise for the chunk's valid elements, drawn in flat order (the stream of `quantize`'s draw)."""
         noise = self.workspace.get("noise", reduction.plan.chunk, torch.float32, reduction.device)[: chunk.length]
@@ -304,4 +318,4 @@ class _Scales:
         self._inverses_through(self.needs[chunk.index][1])
         first = chunk.start // BLOCK
         with self.reducer.timer.phase("quantize"):
-            return self.inverse[self.segment_of_block[first: first + chunk.length // BLOCK]]
+            return torch.index_select(self.inverse, 0, self.segment_of_block[first: first + chunk.length // BLOCK])
