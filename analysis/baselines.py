@@ -1,4 +1,4 @@
-"""Lion Cub beside its neighbouring systems, from run folders (issue 12's closing note; `experiments/baselines.py`).
+"""Lion Cub beside its neighbouring systems, from run folders (the runs of `experiments/baselines.py`).
 
     python -m analysis.baselines RUN_DIR [RUN_DIR ...] --out DIR
 

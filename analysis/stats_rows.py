@@ -1,4 +1,4 @@
-"""Reading the in-loop statistics of issue 8 from runs (Lion Cub, Table 2, Fig. 4, 5, 7, 8, B.1, C.1, C.2).
+"""Reading the in-loop statistics (src/stats) from runs (Lion Cub, Table 2, Fig. 4, 5, 7, 8, B.1, C.1, C.2).
 
 The keys are those `src/stats` logs (metrics.jsonl and W&B): `stats/vote/<lion>_<vote>`, `stats/match/<method>`,
 `stats/flip/<method>` (and `/<layer>`), `stats/momentum_std/max|mean` (and `/<layer>`), `stats/abs/...`,

@@ -1,4 +1,4 @@
-"""The laptop-scale comparison of Lion Cub with its neighbouring systems (issue 12's closing note).
+"""The laptop-scale comparison of Lion Cub with its neighbouring systems (1-bit Adam, BitDP, DDP; docs/baselines.md).
 
     python -m experiments.baselines [--out results/baselines] [--steps 200] [--rate 1gbit] [--nodes 2] [--nproc 2]
                                     [--variants lion32 cub4 onebit_adam bitdp2 ddp_adamw] [-- extra overrides]

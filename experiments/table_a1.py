@@ -30,7 +30,7 @@ from experiments.emulated import train_emulated
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "cub4_overlap")
 # Rows that are a variant plus overrides: Lion Cub 4-bit with its communication behind the next forward pass.
 ROWS = {"cub4_overlap": ["variant=cub4", "variant.overlap=true", "run.label=cub4 overlap"]}
-# The neighbouring systems (issue 12), added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
+# The neighbouring systems, added by `--with-baselines` (`make table-a1-baselines`); 1-bit Adam is timed
 # in its compression stage (its Adam warm-up is the adamw32 row), so it switches after the first step.
 BASELINE_VARIANTS = ("ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "dlion_mavo")
 VARIANT_OVERRIDES = {"onebit_adam": ["variant.adam_warmup_steps=1"]}

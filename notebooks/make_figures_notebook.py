@@ -87,7 +87,7 @@ FIGURES = [
     ("fig12", "**Fig. 12** (Section 7.2): GPT validation loss against steps and against training time for Lion "
               "(32bit) and Lion Cub 8/4-bit (with head or all momentum synchronized), at beta2 0.99 and 0.95."),
     ("fig13", "**Fig. 13** (Section 7.2): validation accuracy of ResNet-18 and DeiT-Tiny against steps and time."),
-    ("figA1", "**Fig. A.1** (Appendix A.1): peak memory per variant and model size (analysis/figA1.py, issue 13)."),
+    ("figA1", "**Fig. A.1** (Appendix A.1): peak memory per variant and model size (analysis/figA1.py)."),
     ("figA2", "**Fig. A.2** (Appendix A.2): GPT on 4 nodes, where 4-bit votes cannot be used."),
     ("figA3", "**Fig. A.3** (Appendix A.2): the largest GPT: Lion Cub's benefit grows with the model."),
     ("figB1", "**Fig. B.1** (Appendix B.1): per-layer momentum spread in ResNet-18: only the input layer stands "

@@ -17,7 +17,7 @@ from harness_util import REPO, TORCHRUN_VARS, cfg_with
 from src.engine.schema import config_problems
 from src.utils.typecheck import Doc, OneOf, Range, describe
 
-BAD = {  # the values of issue 9, and the line that must name each
+BAD = {  # out-of-range, misspelt and mistyped values, and the line that must name each
     "optim.clip=-1": "optim.clip=-1: must be a number >= 0 (0 or null: no clipping)",
     "+train.stepz=2": "train.stepz=2: unknown key; did you mean train.steps?",
     "optim.beta1=1.5": "optim.beta1=1.5: must be a number in [0, 1)",

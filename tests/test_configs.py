@@ -23,7 +23,7 @@ from src.optim.factory import validate_variant
 CONF = Path(__file__).resolve().parents[1] / "conf"
 PRESETS = sorted(p.stem for p in (CONF / "exp").glob("*.yaml"))
 PAPER_WORKERS = 8  # Fig. 12: 8 workers on 2 nodes
-# presets of the neighbouring papers (issue 12): their own hyperparameters, checked by test_baseline_presets_*
+# presets of the neighbouring papers (docs/baselines.md): their own hyperparameters, checked by test_baseline_presets_*
 BASELINE_PRESETS = {"gpt350m_adamw32": "adamw32", "gpt350m_dlion_mavo": "dlion_mavo",
                     "gpt350m_dlion_avg": "dlion_avg", "gpt350m_bitdp2": "bitdp2", "gpt350m_bitdp_fp32": "adamw32",
                     "resnet18_onebit_adam": "onebit_adam", "resnet18_adamw32": "adamw32"}

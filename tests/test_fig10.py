@@ -81,7 +81,8 @@ def timed_run(root, name, variant, params, world_size, comm_s, label=None, netwo
 
 
 def test_baseline_is_keyed_by_network_model_size_and_world_size(tmp_path):
-    """The defect of issue 8: a 350M Lion 32-bit run came out faster than itself next to 774M runs."""
+    """Fig. 10's speedup is over the Lion 32-bit run of the same network, model size and world size: each Lion 32-bit
+    row is 1.0x, and a 350M run is never measured against a 774M baseline."""
     from analysis import fig10
 
     runs = tmp_path / "runs"

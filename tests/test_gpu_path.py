@@ -1,6 +1,6 @@
 """The GPU path of whole training runs, checked on a CPU: no host tensor reaches a collective, no tensors of two
 devices meet in one op, and each step synchronises the host with the device at most once (Lion Cub, Section 7 runs
-on NCCL; issue 13).
+on NCCL).
 
 How: the real `python -m torch.distributed.run ... -m src.train` on 2 gloo ranks, with tests/gpu_double/ first on
 PYTHONPATH. Its `sitecustomize.py` installs `tests/device_double.py` in each worker (a TorchFunctionMode that knows
@@ -139,7 +139,7 @@ def test_nonfinite_stop_within_budget(demo_tokens, tmp_path):
 
 @pytest.mark.slow
 def test_statistics_steps_hand_the_collectives_device_tensors(demo_tokens, tmp_path):
-    """`stats.every=3` (issue 8's statistics: all-to-alls of c, of quantized codes and of momenta): no host tensor
+    """`stats.every=3` (Table 2's statistics: all-to-alls of c, of quantized codes and of momenta): no host tensor
     reaches a collective; the steps without statistics keep the budget (a statistics step may synchronise: its time is
     `time/stats`, outside the timed step)."""
     proc, reports = watched_run(tmp_path / "run", tmp_path / "double", "cub4", f"data.dir={demo_tokens}",

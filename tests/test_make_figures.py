@@ -1,4 +1,4 @@
-"""`make figures` end to end on a subset (Lion Cub reproduction, issue 8): a manifest of two tiny real runs
+"""`make figures` end to end on a subset (the figures of Lion Cub, arXiv:2411.16462): a manifest of two tiny real runs
 (2 CPU ranks, 6 steps) is run, drawn by its analysis script and indexed; a second invocation reuses the finished
 runs; an unknown figure is a message and exit status 2. The full laptop manifest of Fig. 3 is marked slow."""
 from __future__ import annotations

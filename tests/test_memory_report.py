@@ -1,5 +1,5 @@
 """Peak memory: the `mem/*` keys of a step row, Fig. A.1 from run folders, and the optimizer-memory benchmark
-(issue 13, item 5; Lion Cub, Appendix A.1)."""
+(Lion Cub, Appendix A.1)."""
 from __future__ import annotations
 
 import csv

@@ -226,7 +226,7 @@ def test_deit_pretrained_file_errors(tmp_path):
         build_deit("tiny", img_size=32, pretrained_path=str(tmp_path / "odd.pth"))
 
 
-# ------------------------------------------------------- tied / untied head (issue 8: Fig. 4 and 8)
+# ------------------------------------------------------ tied / untied head (Lion Cub, Fig. 4 and 8)
 
 def test_untied_head_is_its_own_tensor_and_momentum_sync_tells_them_apart():
     from src.optim.momentum_sync import MomentumSync, named_parameters_with_aliases

@@ -1,6 +1,6 @@
-"""`reducer: auto` (issue 11 item 4): the choice follows Table 1's model, the fit file is read or the network
-config's alpha/beta are used (saying so), bad files and keys stop the run before it starts, and the chosen reducer
-trains bitwise like its explicit variant on real gloo ranks."""
+"""`reducer: auto` (Lion Cub, Section 6: the datatype from p and the world size): the choice follows Table 1's
+model, the fit file is read or the network config's alpha/beta are used (saying so), bad files and keys stop the run
+before it starts, and the chosen reducer trains bitwise like its explicit variant on real gloo ranks."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Loading what someone else wrote runs none of it, and checkpoints move across devices (issue 13, item 6).
+"""Loading what someone else wrote runs none of it, and checkpoints move across devices (docs/reliability.md).
 
 A pickle may name any importable function and call it while it loads. Each malicious file below would create a
 marker file when unpickled unsafely; the tests show the marker never appears, and the message names the file:

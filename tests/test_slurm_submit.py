@@ -135,7 +135,7 @@ def test_missing_data_is_refused_where_this_machine_sees_it(tmp_path):
 
 
 def test_manifest_source_at_both_scales(tmp_path):
-    """A figure's manifest (experiments/, issue 8) as the source: a shape the profile's nodes cannot hold is refused
+    """A figure's manifest (experiments/<name>.yaml) as the source: a shape the profile's nodes cannot hold is refused
     naming the run and the way out; its laptop runs fit 2 local nodes of 2 processes."""
     proc = submit("fig5", "--profile", "local", out=tmp_path / "out")
     assert proc.returncode == 2 and "gpt774m_stats_8w" in proc.stderr and "--nproc-per-node" in proc.stderr

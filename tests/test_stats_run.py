@@ -1,4 +1,4 @@
-"""Statistics and W&B in real runs (issue 8, items 1 and 6): `torchrun --nproc_per_node 2 -m src.train` with a paper
+"""Statistics and W&B in real runs (Lion Cub, Table 2, Fig. 4): `torchrun --nproc_per_node 2 -m src.train` with a paper
 preset logs every `stats/...` key (src/stats) to metrics.jsonl and to the offline W&B run, writes the arrays file,
 keeps `time/stats` out of the step time, and records the model's real architecture numbers in every copy of the
 resolved config; bad `stats.*` input stops before training with exit status 2.

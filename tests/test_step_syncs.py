@@ -1,8 +1,9 @@
-"""The pieces of a step that used to stall a GPU, checked with the host-transfer double on CPU (issue 13, item 3/4).
+"""The pieces of a step that could stall a GPU, checked with the host-transfer double on CPU (Lion Cub, Section 7
+runs on GPUs).
 
-- the non-finite vote reads its verdict, the loss and the gradient norm in ONE transfer (it was one `.item()` for
-  the flag and two more in the loop for the logged values);
-- the GPT forward checks token ids without a transfer (it was `torch.aminmax` + two `int()` per forward);
+- the non-finite vote reads its verdict, the loss and the gradient norm in ONE transfer, not one `.item()` for
+  the flag and two more for the logged values;
+- the GPT forward checks token ids without a host transfer;
 - Lion 32/16-bit writes the averaged gradients back with foreach ops: bitwise what the per-parameter loop gave,
   with a number of torch calls that does not grow with the number of parameters.
 """

@@ -1,5 +1,5 @@
 """The phase timer's CUDA-event path, proven on a CPU with a recording event double (src/utils/timing.py,
-src/engine/step_stats.py; issue 13, item 2).
+src/engine/step_stats.py; Lion Cub, Fig. 10 and Table A.1).
 
 `Device` stands in for one CUDA stream: the test moves its clock (`run(ms)`: kernels executing) and decides when
 the host waits for it (`sync()`: an `.item()` elsewhere). Its events behave as CUDA's: recorded at the stream's

@@ -13,7 +13,7 @@
   for pbit, with the field width really sent; for onebit, Table 1's allreduce bandwidth term at 32 bits over
   onebit's at the measured world size), on the collective time (judged against the target), the per-rank
   communicate timer, and the total time.
-- `end_to_end_table(rows)`: issue 11's goal 1, per size: the fp32 allreduce of the vector (the `fp32` case's
+- `end_to_end_table(rows)`: what the optimizer waits for, per size: the fp32 allreduce of the vector (the `fp32` case's
   collective alone) over each Lion Cub variant's whole `reduce()` (encode, pipelined collectives, decode), its share
   of the bit-ratio limit against the goal (85 % for pbit, 60 % for onebit), and the same ratio on the variant's
   collective alone beside it.
