@@ -1,5 +1,5 @@
 """Experiment manifests: one YAML file per figure and table of Lion Cub (arXiv:2411.16462), listing the runs that
-produce it at two scales (contract 5 between branches).
+produce it at each scale (paper, laptop, tiny).
 
     python -m experiments.manifest fig5 [--scale laptop|tiny|paper]     # print the runs and their launch commands
 
@@ -185,7 +185,7 @@ def _expand(entry: dict, where: str) -> list[RunSpec]:
 
 
 def label_override(label: str) -> str:
-    """The Hydra override that names a run in figures (`run.label`, contract 1), quoted for Hydra's grammar."""
+    """The Hydra override that names a run in figures (`run.label`), quoted for Hydra's grammar."""
     if "'" in label:
         raise ManifestError(f"run label {label!r}: a label may not hold a single quote")
     return f"++run.label='{label}'"

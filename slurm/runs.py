@@ -1,6 +1,6 @@
 """What a submission runs: the runs of an experiment manifest, or a preset with overrides (Hydra sweep syntax).
 
-A run is contract 5's `RunSpec` (name, Hydra overrides, nodes, nproc_per_node, launcher). `from_manifest` is a thin
+A run is a manifest's `RunSpec` (name, Hydra overrides, nodes, nproc_per_node, launcher). `from_manifest` is a thin
 adapter over `experiments.manifest.load_manifest(name_or_path, scale)`; `from_overrides` makes the runs of
 `+exp=NAME key=a,b ...`: every combination of the comma-separated values is one run, as in Hydra's multirun, and
 is named and labelled (`run.label`, how figures name it) after the values that differ. `check_config` composes each run's configuration with Hydra exactly as
@@ -44,7 +44,7 @@ class RunSet:
 
 
 def from_manifest(name_or_path: str, scale: str) -> RunSet:
-    """The runs of experiment manifest `name_or_path` at `scale` (contract 5, experiments/manifest.py)."""
+    """The runs of experiment manifest `name_or_path` at `scale` (experiments/manifest.py)."""
     try:
         from experiments.manifest import ManifestError, load_manifest
     except ImportError as exc:

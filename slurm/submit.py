@@ -5,7 +5,7 @@
     python -m slurm.submit fig5 --scale paper                                       # an experiment manifest
     python -m slurm.status runs/slurm/<submission>                                  # what finished, what failed
 
-The runs come from an experiment manifest (experiments/<name>.yaml, contract 5) or from a preset with overrides,
+The runs come from an experiment manifest (experiments/<name>.yaml) or from a preset with overrides,
 where comma-separated values sweep like Hydra's multirun (every combination is one run). Runs with the same nodes
 and processes per node go into one job array, the others into one job each; each job gets a script from
 slurm/script.py (srun + torchrun per node, c10d rendezvous, checkpoint and requeue before the time limit). The

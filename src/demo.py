@@ -21,7 +21,7 @@ trains the preset's steps unless the calibration's measured Lion 32-bit step say
 fit `--budget-min` (9.25 minutes, so that `make demo` with its corpus check stays under 10; `OVERHEAD_S` per
 variant for start-up, compile and evaluation); then it trains as many steps as fit and says so. A `train.steps=`
 override is always kept.
-`--preset demo` runs the old tiny scale (GPT-2++ tiny on the demo corpus) instead.
+`--preset demo` runs the tiny scale (GPT-2++ tiny on the demo corpus) instead.
 """
 from __future__ import annotations
 

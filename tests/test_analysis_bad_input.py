@@ -1,5 +1,5 @@
-"""Bad input to every figure and table script (contract 4): a folder without the runs a figure needs, an empty
-folder or a path that does not exist gives a message naming what is missing and exit status 2, no traceback."""
+"""Bad input to every figure and table script (analysis/figure_cli.py): a folder without the runs a figure needs,
+an empty folder or a path that does not exist gives a message naming what is missing and exit status 2, no traceback."""
 from __future__ import annotations
 
 import importlib

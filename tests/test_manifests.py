@@ -1,4 +1,4 @@
-"""Experiment manifests (contract 5): every manifest loads at every scale (paper, laptop, tiny), each run it names
+"""Experiment manifests (experiments/): every manifest loads at every scale (paper, laptop, tiny), each run it names
 composes with the real Hydra config (so every preset exists and every override applies), world sizes and periodic
 checkpoints are consistent, runs shared between manifests share one folder, every laptop run's tokens fit inside
 the laptop corpus (no training token twice) in its model's vocabulary, and a bad manifest is a message, exit

@@ -171,8 +171,8 @@ def test_readme_shows_the_current_dry_run(tmp_path):
     assert normal(readme[start:readme.index("```", start)]) == normal(proc.stdout)
 
 
-def test_manifest_runs_go_through_contract_5(monkeypatch, capsys, tmp_path):
-    """The adapter over `experiments.manifest.load_manifest` (contract 5), with its own `Manifest` and `RunSpec`
+def test_manifest_runs_go_through_the_manifest_loader(monkeypatch, capsys, tmp_path):
+    """The adapter over `experiments.manifest.load_manifest`, with its own `Manifest` and `RunSpec`
     and a stand-in manifest: names, overrides, nodes and processes of the manifest's runs reach the scripts."""
     import experiments.manifest as manifests
     from experiments.manifest import Manifest, ManifestError, RunSpec as Run

@@ -5,7 +5,7 @@
 - all-to-all: pairwise exchange, (P-1) chunks of 1/P of the buffer;
 - gather / broadcast (the efficient parameter server): binomial trees rooted at rank 0 of the group.
 These are models of what an algorithm sends; a backend may pick another algorithm (gloo's gather, for one, is
-flat), which the benchmark issue measures.
+flat), which `make bench` (src/bench/comm_bench.py) measures.
 """
 from __future__ import annotations
 
