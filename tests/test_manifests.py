@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from experiments.manifest import CPU_SCALES, SCALES, ManifestError, RunSpec, load_manifest, manifest_names
 from experiments.runner import command, run_folder
@@ -21,16 +20,9 @@ from experiments.runner import command, run_folder
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {"table1", "fig2", "table2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "tableA1",
             "fig11", "fig12", "fig13", "figA1", "figA2", "figA3", "figB1", "figC1", "figC2"}
-# Override prefixes left out of composition when conf/ lacks their key (the `stats` block of conf/config.yaml,
-# `tie_embeddings` of conf/model/gpt_tiny.yaml). conf/ has both, so this list is empty and every override composes.
-PENDING = [key for key, present in (
-    ("stats.", "stats" in OmegaConf.load(REPO / "conf" / "config.yaml")),
-    ("model.params.tie_embeddings=", "tie_embeddings" in OmegaConf.load(REPO / "conf/model/gpt_tiny.yaml").params))
-    if not present]
-
 
 def composable(spec: RunSpec) -> list[str]:
-    overrides = [o for o in spec.overrides if not any(o.lstrip("+").startswith(p) for p in PENDING)]
+    overrides = list(spec.overrides)
     if spec.launcher == "emulate" and (spec.rate or "").startswith("paper_"):  # what src.launch.paper_link adds
         overrides += [f"network={spec.rate}", "network.calibration=results/calibration/x.json",
                       "network.calibrated_share=0.8", "network.beta=1e-8"]

@@ -223,10 +223,11 @@ def timed_point(run_dir: Path, rate: int) -> Point:
 
 
 def run_lion32(rate: int, overrides: list[str], nodes: int, nproc_per_node: int, scratch: Path, say) -> Point:
-    """Train Lion 32-bit for STEPS steps on the emulated cluster at `rate`; its timed point."""
+    """Train Lion 32-bit for STEPS steps on the emulated cluster at `rate`; its timed point. `train.epochs=null`:
+    a preset that trains by epochs (the vision presets) would otherwise run its epochs, not STEPS."""
     run_dir = scratch / f"lion32-{rate}"
     cmd = [sys.executable, "-m", "src.launch.emulate", f"nodes={nodes}", f"nproc_per_node={nproc_per_node}",
-           f"rate={rate}bit", "--", *overrides, "variant=lion32", f"train.steps={STEPS}",
+           f"rate={rate}bit", "--", *overrides, "variant=lion32", f"train.steps={STEPS}", "train.epochs=null",
            f"train.timing_skip={TIMING_SKIP}", "train.eval_every=0", "train.eval_at_start=false",
            "train.eval_batches=1", "train.progress=false", "checkpoint.every=0", "logger=local", f"run.dir={run_dir}"]
     log = scratch / f"lion32-{rate}.log"
