@@ -96,6 +96,7 @@ def main(cfg: DictConfig) -> None:
     note = paper_size_note(cfg, plan.ctx.world_size, choices)
     if note and plan.ctx.is_main:
         print(f"lioncub: note: {note}", flush=True)
+
     def report_interrupt(exc: Interrupted) -> None:  # rank 0, before any rank leaves
         print(f"lioncub: {signal.Signals(exc.signum).name} received; checkpoint of step {exc.step} in "
               f"{exc.checkpoint}", flush=True)
