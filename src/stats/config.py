@@ -65,7 +65,8 @@ def _float(value: Any, key: str) -> float:
     return float(value)
 
 
-def _unknown(given: Mapping, allowed: set[str], where: str) -> None:
+def _exact_keys(given: Mapping, allowed: set[str], where: str) -> None:
+    """Raise SetupError where `given` has a key outside `allowed`, or lacks one of them."""
     extra = sorted(set(given) - allowed)
     if extra:
         raise SetupError(f"{where} has unknown key(s) {', '.join(extra)}; it takes {', '.join(sorted(allowed))}")
@@ -118,9 +119,9 @@ def check_stats_config(stats_cfg: Any, model: torch.nn.Module) -> StatsConfig:
     raw = _plain(stats_cfg) or {}
     if not isinstance(raw, dict):
         raise SetupError(f"stats must be a mapping (the stats: block of conf/config.yaml), got {raw!r}")
-    _unknown(raw, KEYS, "stats")
+    _exact_keys(raw, KEYS, "stats")
     hist = raw["hist"] or {}
-    _unknown(hist, HIST_KEYS, "stats.hist")
+    _exact_keys(hist, HIST_KEYS, "stats.hist")
     every = _int(raw["every"], "every", 0)
     quantizers, levels = _quantizers(raw)
     layers = _layers(raw, [n for n, _ in named_parameters_with_aliases(model)])
