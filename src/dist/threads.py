@@ -16,9 +16,7 @@ from collections.abc import Mapping
 
 import torch
 
-from src.utils.machine import usable_cpus
-
-SHARE_VAR = "LIONCUB_THREADS_PER_RANK"   # set by src.launch.emulate (src.launch.cores) for every rank
+from src.utils.machine import SHARE_VAR, usable_cpus
 _warned = False
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from src.dist.threads import SHARE_VAR  # noqa: F401  (the variable the emulator sets for the ranks)
-from src.utils.machine import usable_cpus
+from src.utils.machine import SHARE_VAR, usable_cpus  # noqa: F401  (SHARE_VAR: the variable the emulator sets)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,24 @@
 - `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.auto.AutoChoice), None otherwise.
 Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
 and evaluation.
+
+It also gives its optimizers torch's `add_param_group`, `zero_grad`, `state_dict` and `load_state_dict` without
+their `torch._disable_dynamo` wrapper. That wrapper exists to keep torch.compile from tracing into them; its
+first call imports torch._dynamo, about 2 s of CPU in every rank. Our optimizers never run under torch.compile (only
+the codecs are compiled), so every rank skips that import. The methods do exactly what torch's do.
 """
 from __future__ import annotations
 
+from torch.optim import Optimizer
+
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
+
+
+def _without_dynamo_guard(method):
+    """`method` as torch wrote it, without the `torch._disable_dynamo` wrapper (`functools.wraps` keeps the original
+    as `__wrapped__`); the wrapped method itself where a torch version does not wrap it."""
+    return getattr(method, "__wrapped__", method)
 
 
 class LoopOptimizer:
@@ -23,6 +36,11 @@ class LoopOptimizer:
 
     timer: PhaseTimer
     reducer_choice = None
+
+    add_param_group = _without_dynamo_guard(Optimizer.add_param_group)
+    zero_grad = _without_dynamo_guard(Optimizer.zero_grad)
+    state_dict = _without_dynamo_guard(Optimizer.state_dict)
+    load_state_dict = _without_dynamo_guard(Optimizer.load_state_dict)
 
     def settle(self, phase: str | None = None) -> None:
         """Finish the work in flight, if any (nothing is in flight unless the step overlaps the next forward)."""

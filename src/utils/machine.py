@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import platform
 
-import torch
+# The threads per rank that the emulated cluster's launcher (src.launch.cores) hands every rank, which
+# src.dist.threads applies; here so that the launcher can name it without importing torch.
+SHARE_VAR = "LIONCUB_THREADS_PER_RANK"
 
 
 def cpu_model() -> str:
@@ -25,6 +27,8 @@ def cpu_model() -> str:
 
 
 def cpu_isa() -> str:
+    import torch
+
     try:
         return torch.backends.cpu.get_cpu_capability()
     except AttributeError:
@@ -39,6 +43,8 @@ def usable_cpus() -> list[int]:
 
 
 def describe() -> dict:
+    import torch
+
     return {"cpu_model": cpu_model(), "cpu_isa": cpu_isa(), "cores": os.cpu_count(), "cpus": usable_cpus(),
             "threads": torch.get_num_threads()}
 
