@@ -101,3 +101,28 @@ def test_bad_hyperparameters_are_named(kwargs, match):
 def test_empty_parameter_list_is_an_error():
     with pytest.raises(ValueError, match="empty parameter list"):
         Lion([], lr=1e-3)
+
+
+def test_optimizer_methods_leave_torch_dynamo_unimported():
+    """Every rank skips torch._dynamo's import (seconds of CPU): building a Lion, stepping, zeroing, saving and
+    loading its state leave it unimported, with torch's results (the round trip above checks those); the emulated
+    cluster's launcher does not import torch at all."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    probe = ("import sys, torch\n"
+             "from src.optim import Lion\n"
+             "w = torch.nn.Parameter(torch.ones(3))\n"
+             "opt = Lion([w], lr=0.1)\n"
+             "w.grad = torch.ones(3); opt.step(); opt.zero_grad()\n"
+             "opt.load_state_dict(opt.state_dict())\n"
+             "import src.launch.emulate\n"
+             "print('torch._dynamo' in sys.modules, round(float(w[0]), 4))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=repo).stdout.split()
+    assert out == ["False", "0.9"]
+    launcher = subprocess.run([sys.executable, "-c", "import sys, src.launch.emulate; print('torch' in sys.modules)"],
+                              capture_output=True, text=True, check=True, cwd=repo).stdout.strip()
+    assert launcher == "False"
