@@ -108,15 +108,16 @@ def main(cfg: DictConfig) -> None:
             print("lioncub: or run the whole sweep on (finished runs are skipped, the others resume): "
                   f"{sweep_resume_command(cfg.run.sweep)}", flush=True)
 
+    def report_stop(exc: Exception) -> None:  # rank 0, before any rank leaves
+        print(f"lioncub: training stopped: {exc}", file=sys.stderr, flush=True)
+        record_exit(f"lioncub: training stopped: {exc}", EXIT_STOPPED)
+
     try:
         execute(cfg, plan, overrides, run_index=int(OmegaConf.select(hydra_cfg, "job.num", default=0) or 0),
-                report_interrupt=report_interrupt)
+                report_interrupt=report_interrupt, report_stop=report_stop)
     except (SetupError, DataError) as exc:  # e.g. a checkpoint whose data position belongs to another seed
         exit_with_setup_error(f"cannot continue: {exc}", EXIT_SETUP)
-    except (ReplicaDivergenceError, NonFiniteStepError) as exc:
-        if plan.ctx.is_main:
-            print(f"lioncub: training stopped: {exc}", file=sys.stderr, flush=True)
-            record_exit(f"lioncub: training stopped: {exc}", EXIT_STOPPED)
+    except (ReplicaDivergenceError, NonFiniteStepError):  # reported by rank 0 in execute
         sys.exit(EXIT_STOPPED)
     except Interrupted:
         sys.exit(EXIT_INTERRUPTED)

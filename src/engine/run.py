@@ -21,7 +21,8 @@ under `reducer_auto` (src.comm.auto).
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
 checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
-training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals).
+training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals); it and a guard's stop
+(replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 
 A process group is started whenever the variant communicates, even for one process (see src.dist.process_group).
 """
@@ -67,7 +68,9 @@ from src.optim.factory import build_optimizer, is_auto, validate_variant
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
+from src.reliability.guard import ReplicaDivergenceError
 from src.reliability.hooks import StepHooks, check_reliability_config
+from src.reliability.nonfinite import NonFiniteStepError
 from src.reliability.resume import (
     ResumePoint,
     check_compatible,
@@ -295,12 +298,21 @@ def _already_finished(plan: Plan) -> dict | None:
     return None
 
 
+def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exception) -> None:
+    """Rank 0 reports `exc` (a stop every rank takes together); then every rank waits for that report, because a
+    launcher stops the other ranks as soon as one of them exits."""
+    if ctx.is_main and report is not None:
+        report(exc)
+    barrier()
+
+
 def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0,
-            report_interrupt: Callable[[Interrupted], None] | None = None) -> dict:
+            report_interrupt: Callable[[Interrupted], None] | None = None,
+            report_stop: Callable[[Exception], None] | None = None) -> dict:
     """Train as planned; returns the summary (on every rank). Raises `Interrupted` after a stop signal, once rank 0
-    has called `report_interrupt` with it: every rank waits for that report, because a launcher stops the other
-    ranks as soon as one of them exits. `run_index` numbers the runs this process starts (a multirun's sweep
-    points: Hydra's job number)."""
+    has called `report_interrupt` with it, and a guard's stop (`ReplicaDivergenceError`, `NonFiniteStepError`)
+    once rank 0 has called `report_stop` with it; every rank waits for the report (`_report_then_wait`).
+    `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
     job, ctx, task = plan.job, plan.ctx, plan.task
     done = _already_finished(plan)
     if done is not None:
@@ -337,7 +349,11 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                            world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
         with stop.installed():
-            result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
+            try:
+                result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
+            except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
+                _report_then_wait(ctx, report_stop, exc)
+                raise
         summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                    "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
                    "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
@@ -354,9 +370,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             summary["timing"] = _timing(run_dir)
         sinks.close(summary)
         if hooks.interrupted:
-            if ctx.is_main and report_interrupt is not None:
-                report_interrupt(hooks.interrupted)
-            barrier()
+            _report_then_wait(ctx, report_interrupt, hooks.interrupted)
             raise hooks.interrupted
         if ctx.is_main:
             _finish_outputs(run_dir, result, summary)
