@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import torch
 
 from src.utils.machine import SHARE_VAR, usable_cpus
+
 _warned = False
 
 

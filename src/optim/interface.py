@@ -15,7 +15,8 @@ and evaluation.
 It also gives its optimizers torch's `add_param_group`, `zero_grad`, `state_dict` and `load_state_dict` without
 their `torch._disable_dynamo` wrapper. That wrapper exists to keep torch.compile from tracing into them; its
 first call imports torch._dynamo, about 2 s of CPU in every rank. Our optimizers never run under torch.compile (only
-the codecs are compiled), so every rank skips that import. The methods do exactly what torch's do.
+the codecs are compiled), so every rank skips that import (the AdamW baselines still import it: torch's
+`AdamW.step` does). The methods do exactly what torch's do.
 """
 from __future__ import annotations
 
