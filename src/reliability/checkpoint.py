@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.device import collective_device
+from src.dist.process_group import barrier
 
 FORMAT = 1
 _NUMPY_CORE = getattr(np, "_core", None) or np.core
@@ -65,11 +66,6 @@ class Checkpoint:
 
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
-
-
-def _barrier() -> None:
-    if _distributed():
-        dist.barrier()
 
 
 def _write_atomic(path: Path, payload: bytes) -> str:
@@ -133,7 +129,7 @@ class CheckpointManager:
                             created=time.time())
             _write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
             self._prune()
-        _barrier()
+        barrier()
         return folder
 
     def _prune(self) -> None:
