@@ -1,7 +1,7 @@
 """Table 1 of Lion Cub (Section 3.1) as the figures print it: the four ways of implementing majority voting, by name
 and by their latency and bandwidth formulas, and the benchmark case that measures each (src/bench/comm_cases.py).
 
-The formulas themselves are computed by src/comm/cost_model.py and fitted to the benchmark by src/bench/comm_model.py
+The formulas themselves are computed by src/comm/cost/model.py and fitted to the benchmark by src/bench/comm_model.py
 (`terms`, `fit`); these are only their printed forms. `bits` (the p-bit field width our direct allreduce really
 sends) replaces log2(P) + 1 where a benchmark row gives it.
 """

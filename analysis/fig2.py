@@ -27,7 +27,7 @@ from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench  # noqa:
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
-from src.comm.cost_model import cost  # noqa: E402
+from src.comm.cost.model import cost  # noqa: E402
 
 SCENARIOS = (("latency-bound", 1e-3, 1 / 100e9), ("balanced", 2e-5, 1 / 25e9), ("bandwidth-bound", 1e-6, 1 / 1e9))
 WORKERS = np.array([2, 4, 8, 16, 32, 64, 128, 256])

@@ -3,7 +3,7 @@
 The project pins torch 2.14.1 for its CPU machines (requirements.txt), but its users' GPU nodes come with the torch
 of their image: the GPU machine this project checks on (`make gpu-check`, docs/gpu.md) has torch 2.11.0. The code
 keeps to what torch 2.11 offers (where a name changed later, it is looked up at call time, as
-src/comm/collectives.py does for `all_gather_single`). `MIN_TORCH` is that version; `check_torch()` raises
+src/comm/transport/collectives.py does for `all_gather_single`). `MIN_TORCH` is that version; `check_torch()` raises
 `TorchTooOld`, whose message is one line naming both versions, where the running torch is older.
 """
 from __future__ import annotations

@@ -9,8 +9,8 @@ _POOLS: dict[int, DistPool] = {}
 
 
 def pytest_configure(config):
-    """A test process runs many reducer settings: let each kernel compile once per setting (src/comm/codec.py)."""
-    from src.comm import codec
+    """A test process runs many reducer settings: let each kernel compile once per setting (src/comm/codecs/reference.py)."""
+    from src.comm.codecs import reference as codec
 
     codec.allow_recompiles()
 

@@ -29,7 +29,7 @@ def _worker(rank: int, world_size: int, init_file: str, tasks, results) -> None:
     import torch
     import torch.distributed as dist
 
-    from src.comm import codec
+    from src.comm.codecs import reference as codec
 
     torch.set_num_threads(1)
     codec.allow_recompiles()  # a worker runs many reducer settings

@@ -21,7 +21,7 @@ import torch.distributed as tdist
 from torch import nn
 
 from baseline_reference import CompressedAllreduceReference
-from src.comm.ultra_low_bit import channel_quantize
+from src.comm.reducers.ultra_low_bit import channel_quantize
 from src.optim.adamw_allreduce import GradAllreduceAdamW
 from src.optim.bitdp import compressed_rows
 from src.optim.factory import build_optimizer, parameter_groups, validate_variant

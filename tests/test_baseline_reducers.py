@@ -18,10 +18,10 @@ import torch.distributed as tdist
 from baseline_reference import CompressedAllreduceReference
 from device_double import HostMonitor, watch_collectives
 from src.comm import make_reducer
-from src.comm.cost_model import cost
-from src.comm.packing import pack
-from src.comm.ultra_low_bit import channel_quantize, plan_layout
-from src.comm.wire import binomial_subtree_size
+from src.comm.cost.model import cost
+from src.comm.codecs.packing import pack
+from src.comm.reducers.ultra_low_bit import channel_quantize, plan_layout
+from src.comm.cost.wire_bytes import binomial_subtree_size
 
 DLION = ("dlion_naive", "dlion_tree", "dlion_allgather")
 
@@ -270,7 +270,7 @@ def test_bitdp_wire_bytes():
 
 # --- the cost model --------------------------------------------------------------------------------------------
 def busiest_link_bytes(name: str, world_size: int, numel: int, **options) -> int:
-    """Bytes through the busiest link, from the reducers' own wire_bytes (see src/comm/cost_model.py)."""
+    """Bytes through the busiest link, from the reducers' own wire_bytes (see src/comm/cost/model.py)."""
     sent = [make_reducer(name, world_size=world_size, rank=r, **options).wire_bytes(numel)
             for r in range(world_size)]
     if name == "dlion_naive":  # the server receives every worker's votes and sends every answer

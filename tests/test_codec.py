@@ -1,4 +1,4 @@
-"""The fused encoders and decoders (src/comm/codec.py): compiled (torch.compile, inductor's C++ on this CPU) and
+"""The fused encoders and decoders (src/comm/codecs/reference.py): compiled (torch.compile, inductor's C++ on this CPU) and
 eager give the same words and directions bit for bit, on random and adversarial vectors (zeros, -0.0, exact ties,
 huge, tiny and subnormal values, infinities, NaN), every field width, and lengths that are not powers of two.
 
@@ -17,8 +17,10 @@ import torch
 import torch._inductor.config
 import torch.distributed as tdist
 
-from src.comm import codec, make_reducer, native
-from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
+from src.comm import make_reducer
+from src.comm.codecs import native
+from src.comm.codecs import reference as codec
+from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
 from src.bench.gpu_check.codecs import adversarial  # the same vectors the GPU check compares
 
@@ -97,7 +99,7 @@ def test_compiled_and_eager_8bit_levels_and_field_sums_are_bitwise_equal():
 
 
 def test_explicit_l1_block_sums_equal_torchs():
-    """Fast: the explicit CPU loop for the L1 block statistics (src/comm/native.py) gives `block_stats`' sums bit
+    """Fast: the explicit CPU loop for the L1 block statistics (src/comm/codecs/native.py) gives `block_stats`' sums bit
     for bit on adversarial values (NaN where torch gives NaN), whole views and one row alike."""
     x = adversarial(BLOCK * 64, seed=7).view(-1, BLOCK)
     expected = block_stats(x, "l1")
@@ -138,7 +140,7 @@ def _inverses(blocks: int, seed: int) -> torch.Tensor:
 
 
 def test_explicit_encoders_equal_eager_bit_for_bit():
-    """Fast: the explicit CPU encoders (src/comm/native.py) give the eager torch code's words bit for bit: votes at
+    """Fast: the explicit CPU encoders (src/comm/codecs/native.py) give the eager torch code's words bit for bit: votes at
     every field width and both tie rules, signs at every width that holds them, and the l1, linf and linf_nozero
     codes at every width whose fields hold them, flat and as [blocks, BLOCK] views (as the pbit reducer calls
     them), on adversarial values (NaN, +-inf, -0.0, exact halves, values at and beyond +-levels, subnormals,
@@ -235,7 +237,9 @@ def test_cpu_reducers_run_without_dynamo():
     calls torch.compile; wrapping the kernels does not build the C library."""
     script = textwrap.dedent("""
         import sys, tempfile, torch, torch.distributed as dist
-        from src.comm import codec, make_reducer, native
+        from src.comm import make_reducer
+        from src.comm.codecs import native
+        from src.comm.codecs import reference as codec
         codec.allow_recompiles()
         runners = [codec.kernel(fn, True) for fn in codec.NATIVE]
         assert not native._LIBRARY, "wrapping a kernel builds nothing (a GPU run never builds the library)"

@@ -20,7 +20,7 @@ import torch
 
 from src.bench.comm_bench import COLUMNS, QUICK_SIZES, machine_text, summarise_call
 from src.bench.comm_cases import CASES, CASE_NAMES, select
-from src.comm.network_fit import read_network_fit
+from src.comm.cost.network_fit import read_network_fit
 from src.bench.comm_model import (FIT_CASES, RANKED_CASES, end_to_end_table, fit, fit_network, kendall_tau, limit,
                                   predict, ranking_agreement, ratio_table, terms)
 from src.launch.netns import EmulatorUnavailable, check_prerequisites

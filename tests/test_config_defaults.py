@@ -17,7 +17,7 @@ import pytest
 from harness_util import REPO, cfg_with
 from omegaconf import OmegaConf
 
-from src.comm.network import Network
+from src.comm.cost.network import Network
 from src.engine.schema import Config, Optim, Train, parse_config
 from src.errors import SetupError
 from src.optim.variant import Variant
@@ -82,7 +82,7 @@ def test_the_sections_have_no_defaults_of_their_own():
 # every key of the typed sections: no code reads one of them with a fallback value
 KEYS = {f.name for schema in (*SECTIONS.values(), Config) for f in dataclasses.fields(schema)}
 GENERIC = {"name"}  # the label of a variant in the message that refuses it ("variant '?'" when it has none)
-READERS = ("src/optim", "src/comm", "src/dist", "src/engine", "src/reliability", "src/runlog/sinks.py",
+READERS = ("src/optim", "src/comm", "src/distributed", "src/engine", "src/reliability", "src/runlog/sinks.py",
            "src/runlog/wandb_logger.py", "src/runlog/run_dir.py", "src/train.py")
 
 

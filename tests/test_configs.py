@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from src.dist.process_group import DistContext
+from src.distributed.process_group import DistContext
 from src.engine.schema import config_problems
 from src.engine.tasks import make_task
 from src.models import count_parameters

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from src.comm.cost_model import best_algorithm, cost
+from src.comm.cost.model import best_algorithm, cost
 
 
 def test_table_1_rows_at_a_hand_computed_point():

@@ -1,4 +1,4 @@
-"""The device rule of collectives (src.comm.device) and the code that must follow it, checked without a GPU.
+"""The device rule of collectives (src.comm.transport.device) and the code that must follow it, checked without a GPU.
 
 A GPU run dies when a collective gets a tensor the code moved to the host (NCCL has no CPU path). The replica
 guard used to do exactly that every 100 steps; `tests/device_double.py` makes such hand-offs visible on CPU.
@@ -12,7 +12,7 @@ from device_double import HostMonitor, watch_collectives
 
 
 def _rule_on_gloo() -> tuple:
-    from src.comm.device import collective_device, device_types, on_collective_device
+    from src.comm.transport.device import collective_device, device_types, on_collective_device
 
     t = torch.ones(3)
     return (set(device_types()), collective_device(), collective_device(prefer="cpu"),
@@ -30,7 +30,7 @@ def test_cuda_only_group_sends_from_the_gpu(monkeypatch):
     """A group with a backend for CUDA only (NCCL; here `cuda:gloo`) must get GPU tensors, never CPU ones."""
     import os
 
-    from src.comm import device as rule
+    from src.comm.transport import device as rule
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29631")
     dist.init_process_group("cuda:gloo", rank=0, world_size=1)

@@ -1,4 +1,4 @@
-"""src/dist/process_group.py: launch environment, device/backend choice, network env, one-process group (Section 7)."""
+"""src/distributed/process_group.py: launch environment, device/backend choice, network env, one-process group (Section 7)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from src.comm.network import Network
-from src.dist import process_group
+from src.comm.cost.network import Network
+from src.distributed import process_group
 from src.errors import SetupError
 
 LOCAL = Network.parse({"name": "local", "backend": "gloo", "loopback": True, "timeout_s": 600, "env": {}})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from src.dist import threads as rank_threads
+from src.distributed import threads as rank_threads
 from src.launch import cluster as topo
 from src.launch import cores, emulate
 from harness_util import needs_netns

@@ -38,6 +38,6 @@ def test_a_layer_never_imports_the_layers_above_it(package):
 
 
 def test_the_cost_model_imports_without_torch():
-    code = "import sys, src.comm.cost_model, src.comm.wire; print('torch' in sys.modules)"
+    code = "import sys, src.comm.cost.model, src.comm.cost.wire_bytes; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.comm.packing import FIELD_WIDTHS, field_max, pack, packed_bytes, packed_numel, unpack, word_dtype
+from src.comm.codecs.packing import FIELD_WIDTHS, field_max, pack, packed_bytes, packed_numel, unpack, word_dtype
 
 
 def _values(numel: int, bits: int, seed: int, high: int | None = None) -> torch.Tensor:

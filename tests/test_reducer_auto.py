@@ -17,10 +17,10 @@ from harness_util import REPO, TORCHRUN_VARS, cfg_with, one_process  # noqa: F40
 
 from device_double import HostMonitor, watch_collectives
 from src.comm import make_reducer
-from src.comm.auto import CANDIDATES, choose_reducer
-from src.comm.cost_model import cost
-from src.comm.network import Network
-from src.comm.network_fit import NetworkCosts, network_costs, read_network_fit, write_network_fit
+from src.comm.reducers.auto import CANDIDATES, choose_reducer
+from src.comm.cost.model import cost
+from src.comm.cost.network import Network
+from src.comm.cost.network_fit import NetworkCosts, network_costs, read_network_fit, write_network_fit
 from src.engine.run import preflight
 from src.engine.schema import config_problems
 from src.errors import SetupError

@@ -11,8 +11,8 @@ import torch.distributed as tdist
 
 from dist_pool import RankError
 from src.comm import make_reducer
-from src.comm.base import NonFiniteUpdateError
-from src.comm.pbit import stream_seed
+from src.comm.reducers.base import NonFiniteUpdateError
+from src.comm.reducers.pbit import stream_seed
 from src.quant import quantize
 
 SEED = 1234
@@ -204,8 +204,8 @@ def test_world_size_one_returns_local_direction(dist):
 def _emulated_sum(options: dict, world_size: int, numel: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Encode every rank's update with that rank's reducer, add the words as the SUM allreduce would, decode with
     rank 0's: a world size no test machine has, in one process."""
-    from src.comm.chunked import direction_target, encode_from_vector, write_chunk
-    from src.comm.pbit import PBitReducer
+    from src.comm.reducers.chunked import direction_target, encode_from_vector, write_chunk
+    from src.comm.reducers.pbit import PBitReducer
 
     segments = segments_for(numel)
     reducers = [PBitReducer(world_size=world_size, rank=r, segments=segments, **options) for r in range(world_size)]

@@ -98,7 +98,7 @@ def test_step_is_finite_checks_gradients_without_a_norm():
 def test_pbit_state_is_device_free():
     """The stochastic-rounding stream is re-seeded from (seed, rank, step): a reducer's state holds no generator
     state (whose size differs between CPU and CUDA), so a checkpoint loads on any device; older states load too."""
-    from src.comm.pbit import PBitReducer
+    from src.comm.reducers.pbit import PBitReducer
 
     a = PBitReducer(world_size=1, rank=0, quant="linf", levels=7, bits=8, seed=3)
     state = a.state_dict()

@@ -1,4 +1,4 @@
-"""src/dist/slurm_env.py: ranks from Slurm's variables where no torchrun variables exist (srun, submitit)."""
+"""src/distributed/slurm_env.py: ranks from Slurm's variables where no torchrun variables exist (srun, submitit)."""
 from __future__ import annotations
 
 import shutil
@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from src.comm.network import Network
-from src.dist import process_group
-from src.dist.slurm_env import expand_hostlist, expand_tasks_per_node, slurm_launch_env
+from src.comm.cost.network import Network
+from src.distributed import process_group
+from src.distributed.slurm_env import expand_hostlist, expand_tasks_per_node, slurm_launch_env
 from src.errors import SetupError
 
 # What srun gives task 3 of `srun -N 2 --ntasks-per-node=2` on nodes gpu[07-08] (job 4242).

@@ -13,7 +13,7 @@ expands the sweep exactly like the basic sweeper (the same points, in the same o
    `multirun.yaml` into it; the other ranks learn the folder through torchrun's store (key `lioncub/sweep_dir`,
    kept across `--max-restarts` attempts, so a restarted sweep continues in the same folder);
 4. hands the points to the launcher (Hydra's basic launcher runs them one after another in this process; each
-   point starts and destroys its own process group, src.dist.process_group).
+   point starts and destroys its own process group, src.distributed.process_group).
 Hydra itself writes nothing (`hydra.sweep.dir` and `hydra.sweep.subdir` are `.`).
 """
 # no `from __future__ import annotations`: Hydra executes plugin modules before registering them in sys.modules,
@@ -56,7 +56,7 @@ class LioncubSweeper(BasicSweeper):
 
     def _sweep_dir(self, points: List[List[str]]) -> Path:
         """Rank 0 checks every point, claims the folder and publishes it; the others wait for it, then check."""
-        from src.dist.process_group import launcher_store
+        from src.distributed.process_group import launcher_store
         from src.engine.sweep import job_shape, plan_runs, point_problems, sweep_folder
         from src.errors import SetupError, exit_with_setup_error
         from src.runlog.run_dir import claim_sweep_dir

@@ -20,7 +20,7 @@ measured (end to end, and collective only). The gradient-allreduce cases are not
 one. Deliberate difference from the paper's Table A.1: its "Communication" column is a per-rank timer, i.e. closer
 to our `comm_timer`.
 Every row names its machine: the CPU model, the ISA torch dispatches to, the core count, the ranks' thread count
-(after `src.dist.threads` applied the emulator's share) and rank 0's cores (its affinity: its host's share).
+(after `src.distributed.threads` applied the emulator's share) and rank 0's cores (its affinity: its host's share).
 The link rate comes from `--rate` or LIONCUB_LINK_RATE (set by the emulator); `none` leaves ideal times empty.
 Rank 0 appends the rows to `--out` (CSV) and prints them. `--quick`: small sizes and few reps, for tests.
 """
@@ -38,8 +38,8 @@ import torch
 import torch.distributed as dist
 
 from src.bench.comm_cases import Case, is_pipelined, prepare, select
-from src.comm import codec
-from src.dist.threads import apply_thread_share
+from src.comm.codecs import reference as codec
+from src.distributed.threads import apply_thread_share
 from src.launch.cores import cpu_list
 from src.launch.netns import format_rate, parse_rate
 from src.launch.smoke import link_tx_bytes

@@ -33,7 +33,7 @@ import torch
 
 from src.bench.core_throughput import layer_segments
 from src.comm import REDUCERS, make_reducer
-from src.comm.chunked import ChunkedReducer
+from src.comm.reducers.chunked import ChunkedReducer
 from src.optim.grad_allreduce import GradAllreduceLion
 from src.utils.timing import PhaseTimer
 
@@ -61,7 +61,7 @@ CASES = (
     Case("ps_naive", "parameter server, naive (4-bit)", "ps_naive", {"quant": "sign", "bits": 4}, "ps_naive", 4),
     Case("ps_tree", "parameter server, tree (4-bit)", "ps_tree", {"quant": "sign", "bits": 4}, "ps_tree", 4),
 )
-# The neighbouring papers' aggregations, each with its cost-model row (src/comm/cost_model.py):
+# The neighbouring papers' aggregations, each with its cost-model row (src/comm/cost/model.py):
 # 1-bit Adam's compressed allreduce, BitDP's allgather of 1/2-bit codes (channels of 1024 values, scales allreduced)
 # and Distributed Lion's own wire format (1 bit up, 1-bit majority down) over its three topologies.
 BASELINE_CASES = (

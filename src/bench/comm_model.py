@@ -29,7 +29,7 @@ from itertools import combinations
 
 import numpy as np
 
-from src.comm.cost_model import cost
+from src.comm.cost.model import cost
 
 RANKED_CASES = ("fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")  # the gradient cases tie with fp32/bf16
 # Cases whose gloo algorithm is the one Table 1 assumes (ring allreduce; pairwise all-to-all + ring allgather). The

@@ -11,7 +11,7 @@ limit, beside the collective alone. Writes summary.md, fit.json and model.csv (t
 model's curves over sizes and worker counts, with the field width each worker count needs) beside the CSV (or in
 --out-dir), and prints the tables, each under the machine its rows name (CPU model, torch ISA, cores, threads
 per rank; "not recorded" for a CSV without those columns). Per rate it also writes `network_fit_<rate>.json` (alpha,
-beta and where they come from; src.comm.network_fit), the file a run's `network.fit` names for `reducer: auto`. The
+beta and where they come from; src.comm.cost.network_fit), the file a run's `network.fit` names for `reducer: auto`. The
 figures are drawn from those files by `python -m analysis.fig2_comm` (src.bench.comm_suite runs it; both read the
 CSVs with src/bench/comm_rows.py). `walltime.json` beside the CSV (written by src.bench.comm_suite), when present, adds the benchmark's wall
 time.
@@ -31,8 +31,8 @@ from src.bench.comm_cases import BY_NAME
 from src.bench.comm_rows import by_rate, read_rows
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
-from src.comm.network_fit import write_network_fit
-from src.comm.pbit import field_width
+from src.comm.cost.network_fit import write_network_fit
+from src.comm.reducers.pbit import field_width
 
 TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
 FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")

@@ -26,9 +26,10 @@ import time
 
 import torch
 
-from src.comm import codec, make_reducer
-from src.comm.chunked import direction_target, encode_from_vector, vector_chunk, write_chunk
-from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack
+from src.comm import make_reducer
+from src.comm.codecs import reference as codec
+from src.comm.reducers.chunked import direction_target, encode_from_vector, vector_chunk, write_chunk
+from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack
 from src.quant import quantize
 from src.utils import machine
 

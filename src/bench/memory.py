@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from tqdm import tqdm
 
-from src.comm import codec
+from src.comm.codecs import reference as codec
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
 from src.utils import machine

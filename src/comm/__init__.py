@@ -19,29 +19,29 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 
 `pbit` takes quant, levels, bits, vote, zeros, seed; `bitdp` takes bits, threshold, rows, row_size.
 `ps_naive`/`ps_tree` are the parameter servers of the Lion Cub paper's Table 1 carrying our packed p-bit encoding
-(the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/dlion.py).
+(the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/reducers/dlion.py).
 
 Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` and `compile` (the pipelined,
-fused hot path: src/comm/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
+fused hot path: src/comm/reducers/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
 scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, every reducer is a library of
-per-chunk operations (`begin`, `encode`, `exchange`, `decode`: src/comm/chunked.py) that LionCub's step strings
+per-chunk operations (`begin`, `encode`, `exchange`, `decode`: src/comm/reducers/chunked.py) that LionCub's step strings
 together, so that the whole update vector or direction never exists; the neighbours' reducers (`dlion_*`,
 `compressed_allreduce`, `bitdp`) reduce the whole vector in one call and offer the same operations as one chunk
-(src/comm/base.py; see each class for its options).
+(src/comm/reducers/base.py; see each class for its options).
 
 Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
-`src.comm.registry` on first use, so a light module of the package (`src.comm.cost_model`, `src.comm.wire`) can be
+`src.comm.reducers.registry` on first use, so a light module of the package (`src.comm.cost.model`, `src.comm.cost.wire_bytes`) can be
 imported alone by code that has no torch.
 """
 from __future__ import annotations
 
 _LAZY = {
-    "REDUCERS": "src.comm.registry",
-    "make_reducer": "src.comm.registry",
-    "Reducer": "src.comm.base",
-    "NonFiniteUpdateError": "src.comm.base",
-    "tie_value": "src.comm.base",
-    "largest_world_size": "src.comm.pbit",
+    "REDUCERS": "src.comm.reducers.registry",
+    "make_reducer": "src.comm.reducers.registry",
+    "Reducer": "src.comm.reducers.base",
+    "NonFiniteUpdateError": "src.comm.reducers.base",
+    "tie_value": "src.comm.reducers.base",
+    "largest_world_size": "src.comm.reducers.pbit",
 }
 
 

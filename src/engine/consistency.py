@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from src.dist.process_group import gather_objects
+from src.distributed.process_group import gather_objects
 
 
 @torch.no_grad()

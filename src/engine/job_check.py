@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from src.dist.process_group import job_context
+from src.distributed.process_group import job_context
 from src.engine.run import check_run, paper_size_note
 from src.engine.schema import parse_config
 

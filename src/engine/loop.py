@@ -10,7 +10,7 @@ Fig. A.1 (see src.engine.step_stats). Evaluation metrics (`val/*`, averaged over
 they follow; the evaluation before training is a row at step 0.
 
 Warm-up: the first `train.timing_skip` steps compile the reducers' kernels where they need torch.compile (a GPU's
-Triton kernels; on CPU the explicit C loops of src.comm.native are built once and cached, and only kernels they
+Triton kernels; on CPU the explicit C loops of src.comm.codecs.native are built once and cached, and only kernels they
 do not take, such as the log codes, compile) and warm the allocator and communicator; they are the steps the
 timing tables leave out. The clock of `train_time` starts after them: their rows carry `train_time` 0 and
 `warmup_time` (their summed step time, also in the summary), so a loss-vs-time curve compares training speed, not
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from src.dist.process_group import DistContext
+from src.distributed.process_group import DistContext
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, PendingRows
 from src.engine.tasks.base import Task

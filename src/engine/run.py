@@ -3,7 +3,7 @@
 `preflight()` runs every check that can fail on user input before anything is started or written (Lion Cub,
 Section 7 setups): the parse of the whole config into its typed sections (src.engine.schema.parse_config:
 types, ranges, choices, unknown and missing keys; the rest of the run reads those sections), the launch and device
-(src.dist.process_group), the model/data pairing and the model on the meta device, the variant at this
+(src.distributed.process_group), the model/data pairing and the model on the meta device, the variant at this
 world size (`src.optim.factory.validate_variant`), the data folders, the schedule and the run folder, the fault
 injection against the world size, the `stats:` block (src.stats), `expect_world_size` and, when resuming, the checkpoint
 (src.reliability.resume). The data is opened before the model is checked against it, so missing data is reported
@@ -16,7 +16,7 @@ Only then does `execute()` start the process group, build the real model and opt
 widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) is
 printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why);
 `config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times
-under `reducer_auto` (src.comm.auto).
+under `reducer_auto` (src.comm.reducers.auto).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -24,7 +24,7 @@ checkpoint (src.runlog.history: what each attempt changed, nothing of the origin
 training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals); it and a guard's stop
 (replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 
-A process group is started whenever the variant communicates, even for one process (see src.dist.process_group).
+A process group is started whenever the variant communicates, even for one process (see src.distributed.process_group).
 """
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.comm.codec import allow_recompiles
-from src.dist.process_group import (
+from src.comm.codecs.reference import allow_recompiles
+from src.distributed.process_group import (
     DistContext,
     barrier,
     broadcast_object,
@@ -63,7 +63,7 @@ from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_
 from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
-from src.comm.network_fit import network_costs
+from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
@@ -321,7 +321,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         return done
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
-    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codec.py)
+    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codecs/reference.py)
     try:
         torch.manual_seed(job.seed)
         model = task.build_model(ctx.device).to(ctx.device)

@@ -4,7 +4,7 @@ Every key of the composed config has a type and, where it matters, a range or a 
 reports every problem at once, one line each (key, value, what is allowed), as a SetupError, before any process
 group or run folder exists, and `parse_config` then builds the typed `Config`, whose sections the components
 receive instead of the config (docs/architecture.md, "Configuration"): `variant` (src.optim.variant), `network`
-(src.comm.network), the reliability sections (src.reliability.config), `logger` (src.runlog.sinks); `train`,
+(src.comm.cost.network), the reliability sections (src.reliability.config), `logger` (src.runlog.sinks); `train`,
 `optim` and `run` are the engine's own, here. No section has defaults: every value comes from the YAML.
 `model.params` is checked against its kind's schema and `data` against its kind's; a model paired with the wrong
 data kind is reported alone (the other problems would follow from it).
@@ -12,7 +12,7 @@ data kind is reported alone (the other problems would follow from it).
 Loosely typed on purpose: `stats` (any mapping; the statistics options are checked by their own module),
 `network.env` (environment variables), `variant.reducer` (checked by src.comm.make_reducer, which names the valid
 options), `logger.tags`. The network fit file that `network.fit` names is read, and checked, by
-src.comm.network_fit (for `reducer: auto` only).
+src.comm.cost.network_fit (for `reducer: auto` only).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from src.engine.schedule import SCHEDULES
 from src.engine.tasks import task_class
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 from src.errors import SetupError
-from src.comm.network import Network
+from src.comm.cost.network import Network
 from src.optim.variant import Variant, check_keys
 from src.reliability.config import Checkpoint, Fault, Guard, NonFinite, Reliability
 from src.runlog.sinks import Logger

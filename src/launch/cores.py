@@ -6,7 +6,7 @@ equal, contiguous shares; cores left over by the division stay idle, so every ho
 Each rank runs `len(share) // nproc_per_node` threads (at least one). With more hosts than cores the hosts take
 cores in turn and share them; with more ranks than cores the ranks of a host share its cores; `CoreShare.note`
 then says so in one line. The emulator pins each host's torchrun (and so its ranks) to its share with `taskset`
-and hands the thread count to the ranks (OMP_NUM_THREADS, and SHARE_VAR for `src.dist.threads`).
+and hands the thread count to the ranks (OMP_NUM_THREADS, and SHARE_VAR for `src.distributed.threads`).
 Deliberate difference from a real cluster: the hosts still share the memory bandwidth and the last-level cache.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ For `src.train` it adds `network=emulated` (conf/network/emulated.yaml) with the
 rate, unless another `network=` is given. The ranks also see LIONCUB_LINK_RATE (bits/s, or none).
 Cores (`src.launch.cores`): with cores=share each host's torchrun runs under `taskset -c <its cores>`, a disjoint
 equal share of the cores this launcher may use, and its ranks get OMP_NUM_THREADS and LIONCUB_THREADS_PER_RANK
-= share // nproc_per_node (at least 1; `src.dist.threads` sets torch's thread count from it); the launcher prints
+= share // nproc_per_node (at least 1; `src.distributed.threads` sets torch's thread count from it); the launcher prints
 the shares, and one more line when the ranks outnumber the cores and must share them.
 Deliberate differences from the paper's cluster: the hosts share one machine's memory bandwidth and caches, and no
 latency is added (no netem), so only the bandwidth of the inter-node network is emulated.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from src.comm.wire import ring_allreduce_bytes
+from src.comm.cost.wire_bytes import ring_allreduce_bytes
 from src.optim.adamw_allreduce import AdamW
 from src.optim.lion import Lion
 

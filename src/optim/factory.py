@@ -7,7 +7,7 @@ the optim config.
 
 `reducer: {name: auto, ...}` (conf/variant/cub_auto.yaml) is resolved here, at build time, into the concrete
 Lion Cub reducer and field width that Table 1's model predicts to be fastest for the world size, the trainable
-parameter count and the network's alpha and beta (src.comm.auto, src.comm.network_fit); the caller passes the
+parameter count and the network's alpha and beta (src.comm.reducers.auto, src.comm.cost.network_fit); the caller passes the
 network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice` and
 lists it in `adjustments()` (src/optim/interface.py).
 
@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 
 from src.comm import make_reducer
-from src.comm.auto import AutoChoice, choose_reducer
-from src.comm.network import Network
-from src.comm.network_fit import NetworkCosts, network_costs
+from src.comm.reducers.auto import AutoChoice, choose_reducer
+from src.comm.cost.network import Network
+from src.comm.cost.network_fit import NetworkCosts, network_costs
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import GradAllreduceLion, trainable
 from src.optim.interface import LoopOptimizer
@@ -97,7 +97,7 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
                     weight_decay: float, group=None,
                     network: Network | Mapping | NetworkCosts | None = None) -> LoopOptimizer:
     """The optimizer of `variant` over `model`'s trainable parameters: a `LoopOptimizer` (src/optim/interface.py).
-    With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.auto.AutoChoice)."""
+    With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.reducers.auto.AutoChoice)."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
     groups = parameter_groups(model, weight_decay)

@@ -20,8 +20,8 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
-from src.comm.wire import ring_allreduce_bytes
-from src.comm.workspace import Workspace
+from src.comm.cost.wire_bytes import ring_allreduce_bytes
+from src.comm.transport.workspace import Workspace
 from src.optim.lion import Lion, evaluate_closure
 
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

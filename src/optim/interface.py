@@ -5,10 +5,10 @@
 - `settle(phase=None)`: finish work still in flight, so the parameters are final (an overlapped LionCub step,
   src/optim/overlap.py; nothing to do for the others);
 - `wire_plan()`: bytes this rank sends per step, by stage (`{"step": n}`; 1-bit Adam: warmup and compression),
-  from the optimizer's model of its collectives (`wire_bytes`, src/comm/wire.py), for the run summary;
+  from the optimizer's model of its collectives (`wire_bytes`, src/comm/cost/wire_bytes.py), for the run summary;
 - `adjustments()`: every value the optimizer uses in place of the one its configuration asked for (a field width
   widened to hold the world's sums, `reducer: auto`'s pick), for the start-of-run lines and `summary.json`;
-- `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.auto.AutoChoice), None otherwise.
+- `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.reducers.auto.AutoChoice), None otherwise.
 Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
 and evaluation.
 

@@ -10,12 +10,12 @@ reduction per step, as the paper does), in `LionCub._chunk_step`:
   5. p <- p * (1 - lr * weight_decay) - lr * direction (weight decay applied locally; per-group lr/decay);
   6. ...and the momentum synchronization of Section 5: every `every` steps, the momenta of the chosen layer class
      are averaged across ranks (src/optim/momentum_sync.py).
-The reducer is a library of per-chunk operations (src/comm/chunked.py); the loop lives here and hands one generator
-per chunk to `src.comm.pipeline.Pipeline`, which keeps two chunks' collectives in flight. No flat update vector or
+The reducer is a library of per-chunk operations (src/comm/reducers/chunked.py); the loop lives here and hands one generator
+per chunk to `src.comm.transport.pipeline.Pipeline`, which keeps two chunks' collectives in flight. No flat update vector or
 direction ever exists, so the step keeps only the reducer's chunk buffers beyond parameters, gradients and
 momentum. A reducer that reduces the whole vector in one call (the neighbours' `dlion_*`, `compressed_allreduce`,
-`bitdp`) takes the same path as one chunk (src/comm/base.py). The step makes no host synchronisation (the step
-count is a Python int; the reducers do not check for NaN: the training loop's vote does, see src/comm/base.py for
+`bitdp`) takes the same path as one chunk (src/comm/reducers/base.py). The step makes no host synchronisation (the step
+count is a Python int; the reducers do not check for NaN: the training loop's vote does, see src/comm/reducers/base.py for
 what a direct user gets).
 
 With `overlap=True` (src/optim/overlap.py) `step()` only launches the chunks: every chunk is encoded, its momentum
@@ -42,10 +42,10 @@ import torch
 from torch.optim import Optimizer
 
 from src.comm import Reducer, make_reducer
-from src.comm.base import Reduction
-from src.comm.chunked import zero_gaps
-from src.comm.pipeline import PIPELINE_DEPTH, Chunk, Piece, Pipeline
-from src.comm.workspace import Workspace
+from src.comm.reducers.base import Reduction
+from src.comm.reducers.chunked import zero_gaps
+from src.comm.transport.pipeline import PIPELINE_DEPTH, Chunk, Piece, Pipeline
+from src.comm.transport.workspace import Workspace
 from src.optim.interface import LoopOptimizer
 from src.optim.lion import apply_direction_, check_hyperparameters, evaluate_closure, lion_momentum_, update_vector
 from src.optim.momentum_sync import MomentumSync, allreduce_mean_
@@ -88,7 +88,7 @@ class LionCub(LoopOptimizer, Optimizer):
     mappings get per-parameter `segments` (per-layer quantization scales). `momentum_sync` is a mapping
     `{"every": k, "layers": cls}`, a `MomentumSync`, or None. `params` may be named (`model.named_parameters()`);
     names are needed for momentum sync of a layer class other than `all`. `reducer_choice` records the choice of
-    `reducer: auto` (src.comm.auto.AutoChoice) for the run's record.
+    `reducer: auto` (src.comm.reducers.auto.AutoChoice) for the run's record.
     """
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),

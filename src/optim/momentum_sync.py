@@ -10,7 +10,7 @@ and belongs to every class one of its names belongs to. A class that matches no 
 never a silent no-op.
 
 `allreduce_mean_` averages the chosen momenta in place with pipelined SUM allreduces of chunk-sized float32
-buffers (src/comm/pipeline.py): no flat copy of all momenta, no Python loop of kernels over the tensors. The
+buffers (src/comm/transport/pipeline.py): no flat copy of all momenta, no Python loop of kernels over the tensors. The
 buffers are released after each synchronisation (it runs every k steps: they are not kept through the others).
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.pipeline import ChunkPlan, run_pipeline
+from src.comm.transport.pipeline import ChunkPlan, run_pipeline
 
 SYNC_CHUNK = 1 << 21
 LAYER_CLASSES = ("none", "all", "embed", "head", "embed_head", "mlp", "attn")

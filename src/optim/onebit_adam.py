@@ -7,7 +7,7 @@ Two stages, `adam_warmup_steps` = T_w:
   p <- p (1 - lr wd) - lr m / (sqrt(v) + eps). After it, every rank holds the same m and v;
 - compression (steps T_w+1..): v is frozen at v_{T_w}; each rank updates its momentum with its own gradient,
   m_i <- beta1 m + (1 - beta1) g_i, and the ranks agree on bar m through the error-compensated 1-bit compressed
-  allreduce (`src.comm.compressed_allreduce`, the reducer `compressed_allreduce`: worker and server error per
+  allreduce (`src.comm.reducers.compressed_allreduce`, the reducer `compressed_allreduce`: worker and server error per
   rank, scale factors with the signs, all-to-all then allgather; one scale per parameter tensor, as the paper's
   implementation compresses each tensor); m <- bar m (the same on every rank) and
   p <- p (1 - lr wd) - lr bar m / (sqrt(v_{T_w}) + eps) (Algorithm 1, line 13).
@@ -33,7 +33,7 @@ import torch
 from torch.optim import Optimizer
 
 from src.comm import make_reducer
-from src.comm.workspace import Workspace
+from src.comm.transport.workspace import Workspace
 from src.optim.interface import LoopOptimizer
 from src.optim.grad_allreduce import FlatGradientAllreduce, flatten_into, trainable, unflatten_into
 from src.optim.lion import evaluate_closure

@@ -9,7 +9,7 @@ segment. Then, with one pass and no loop over segments:
   (sums accumulate in float64, in block order: deterministic, and the same whether the blocks were computed all at
   once or chunk by chunk, as the pipelined reducers do);
 - `quantize_blocks`: the codes of a [blocks, BLOCK] view, each block scaled by its segment's inverse scale.
-`src.quant.quantize` (the reference) and the reducers' fused encoders (`src.comm.codec`) share these functions, so
+`src.quant.quantize` (the reference) and the reducers' fused encoders (`src.comm.codecs.reference`) share these functions, so
 their codes are the same bit for bit. Zero padding adds nothing to a sum or a maximum.
 
 Deliberate difference from a plain mean: the segment mean |x| is summed per block in float32, then across blocks in

@@ -41,8 +41,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from src.comm.device import collective_device
-from src.dist.process_group import barrier
+from src.comm.transport.device import collective_device
+from src.distributed.process_group import barrier
 
 FORMAT = 1
 _NUMPY_CORE = getattr(np, "_core", None) or np.core

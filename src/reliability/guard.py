@@ -6,7 +6,7 @@ loading the wrong file). `check_replicas` computes one exact checksum per parame
 patterns: integer addition is associative, so it does not depend on reduction order and any single changed element
 changes it), gathers them from every rank with one collective, and raises `ReplicaDivergenceError` naming the first
 diverging parameter, the step and the ranks that disagree with rank 0. The checksums travel on the process group's
-device (`src.comm.device`): the GPU under NCCL, which has no CPU path.
+device (`src.comm.transport.device`): the GPU under NCCL, which has no CPU path.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.device import on_collective_device
+from src.comm.transport.device import on_collective_device
 
 _INT_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 

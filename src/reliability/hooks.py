@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from src.dist.process_group import DistContext, gather_objects
+from src.distributed.process_group import DistContext, gather_objects
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from src.comm.device import on_collective_device
+from src.comm.transport.device import on_collective_device
 
 POLICIES = ("skip", "stop")
 

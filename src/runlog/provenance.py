@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from src.dist.process_group import DistContext
+from src.distributed.process_group import DistContext
 from src.utils import machine
 
 _LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_JOB_NODELIST",

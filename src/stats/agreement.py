@@ -28,7 +28,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.collectives import all_gather_flat
+from src.comm.transport.collectives import all_gather_flat
 from src.quant import code_dtype, quantize
 from src.quant.blocks import BlockLayout
 

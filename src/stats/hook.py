@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from src.comm.device import collective_device
+from src.comm.transport.device import collective_device
 from src.optim.lion import update_vector
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.stats import report

@@ -11,7 +11,7 @@ import os
 import platform
 
 # The threads per rank that the emulated cluster's launcher (src.launch.cores) hands every rank, which
-# src.dist.threads applies; here so that the launcher can name it without importing torch.
+# src.distributed.threads applies; here so that the launcher can name it without importing torch.
 SHARE_VAR = "LIONCUB_THREADS_PER_RANK"
 
 

@@ -1,14 +1,14 @@
 """Every codec kernel of the reducers, compiled and eager on a device, against the CPU eager result, bit for bit.
 
-The kernels of src/comm/codec.py (Lion Cub, Section 6: the p-bit and 1-bit paths and the L1 levels), the packing
-of src/comm/packing.py and the per-block scales of src/quant/blocks.py, on adversarial vectors (`adversarial`):
+The kernels of src/comm/codecs/reference.py (Lion Cub, Section 6: the p-bit and 1-bit paths and the L1 levels), the packing
+of src/comm/codecs/packing.py and the per-block scales of src/quant/blocks.py, on adversarial vectors (`adversarial`):
 runs of zeros, -0.0, exact ties, subnormals, per-block scales over 60 decades, extremes, infinities and NaN; at
 every field width, with word counts that are odd (lengths not divisible by 8 where the width allows it). The
 inputs are made on the CPU and copied to the device, so both sides compute from the same bits.
 
 `compare(device, ...)` is device-agnostic: on a CPU it compares inductor's C++ kernels with eager (the tests run a
 few cases so this check cannot rot); the section (`run`) compares Triton's kernels and CUDA eager with CPU eager.
-A compiled kernel that fell back to eager (src/comm/codec.py warns and runs `fn` itself) fails its check: its
+A compiled kernel that fell back to eager (src/comm/codecs/reference.py warns and runs `fn` itself) fails its check: its
 equality would prove nothing about the compiled path.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from src.comm import codec
-from src.comm.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
+from src.comm.codecs import reference as codec
+from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
 
 LEVEL_SETTINGS = (("l1", 15, 8), ("l1", 7, 16), ("l1", 1, 2), ("l1", 7, 4), ("linf", 7, 8), ("linf_nozero", 3, 4),
@@ -61,7 +61,7 @@ class Case:
     fn: Callable
     args: tuple
     template: torch.Tensor
-    compiles: bool = True  # a codec kernel (src.comm.codec.kernel); the packing and scales run eagerly only
+    compiles: bool = True  # a codec kernel (src.comm.codecs.reference.kernel); the packing and scales run eagerly only
 
 
 def _words(sums: torch.Tensor, bits: int) -> torch.Tensor:

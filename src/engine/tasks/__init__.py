@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from src.dist.process_group import DistContext
+from src.distributed.process_group import DistContext
 from src.errors import SetupError
 from src.engine.tasks.base import Task
 from src.engine.tasks.gpt import GPTTask

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from src.dist.process_group import DistContext
+from src.distributed.process_group import DistContext
 from src.errors import SetupError
 from src.models import build_model
 from src.models.meta import initializers_skipped

@@ -33,11 +33,11 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import Reducer
-from src.comm.collectives import all_gather_flat
-from src.comm.device import collective_device
-from src.comm.packing import pack, packed_numel, unpack
-from src.comm.wire import ring_allgather_bytes, ring_allreduce_bytes
+from src.comm.reducers.base import Reducer
+from src.comm.transport.collectives import all_gather_flat
+from src.comm.transport.device import collective_device
+from src.comm.codecs.packing import pack, packed_numel, unpack
+from src.comm.cost.wire_bytes import ring_allgather_bytes, ring_allreduce_bytes
 
 BITS = (1, 2)
 THRESHOLD = 0.75

@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from src.comm.network import Network
+from src.comm.cost.network import Network
 
 REQUIRED = ("alpha", "beta")
 

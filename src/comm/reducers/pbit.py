@@ -13,7 +13,7 @@ The datatype follows p and the world size (Section 6): a field must hold world_s
 widens its fields (4 -> 8 -> 16 bits; `field_width`) instead of refusing, so 8-bit L1 (L = 15) runs at 16 ranks
 in 16-bit fields. `self.bits` is the width actually sent; `wire_bytes` and the cost model follow it.
 
-The work is a library of per-chunk operations (src/comm/chunked.py): `encode` quantizes, shifts and packs a chunk
+The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` quantizes, shifts and packs a chunk
 in one fused pass (per-layer scales come from `src.quant.blocks`, from the block statistics of the chunks
 `statistics_wanted` names, with no loop over layers), `exchange` runs the asynchronous allreduce, and `decode`
 turns the summed words into the direction in one pass. Stochastic rounding (`linf`) draws from a
@@ -31,12 +31,13 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm import codec, native
-from src.comm.base import VOTES, ZERO_RULES, Reduction, check_choice, tie_value
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
-from src.comm.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_word, packed_bytes, word_dtype
-from src.comm.pipeline import Chunk, ChunkPlan
-from src.comm.wire import ring_allreduce_bytes
+from src.comm.codecs import native
+from src.comm.codecs import reference as codec
+from src.comm.reducers.base import VOTES, ZERO_RULES, Reduction, check_choice, tie_value
+from src.comm.reducers.chunked import DEFAULT_CHUNK, ChunkedReducer
+from src.comm.codecs.packing import FIELD_WIDTHS, check_bits, field_max, fields_per_word, packed_bytes, word_dtype
+from src.comm.transport.pipeline import Chunk, ChunkPlan
+from src.comm.cost.wire_bytes import ring_allreduce_bytes
 from src.quant import check_method
 from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, block_stats_of_pieces, segment_inverse
 from src.utils.adjustment import Adjustment
@@ -104,7 +105,7 @@ class PBitReducer(ChunkedReducer):
     def words(self, plan: ChunkPlan, slot: int, device: torch.device) -> torch.Tensor:
         return self.slot("words", slot, plan.chunk // fields_per_word(self.bits), word_dtype(self.bits), device)
 
-    # --- the per-chunk operations (src/comm/chunked.py); the encoding is shared with the parameter servers --------
+    # --- the per-chunk operations (src/comm/reducers/chunked.py); the encoding is shared with the parameter servers --------
     def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> Reduction:
         """A reduction with this step's per-layer scales (scaled quantizers) and rounding stream (`linf`)."""
         reduction = super().begin(sizes, step, device, checked)
@@ -152,7 +153,7 @@ class PBitReducer(ChunkedReducer):
 
     def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
         """L1 codes of a padded chunk straight from its pieces of the flat vector, with the explicit CPU loop
-        (src/comm/native.py; compiled kernels only, the same words as the padded copy's encode); else None."""
+        (src/comm/codecs/native.py; compiled kernels only, the same words as the padded copy's encode); else None."""
         if (self.quant != "l1" or not self.compiled(reduction.plan.numel) or vector.device.type != "cpu"
                 or (self.check_finite and not reduction.checked) or native.library() is None):
             return None
@@ -282,7 +283,7 @@ class _Scales:
         self.stats_done += 1
 
     def _l1_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
-        """L1 block statistics with the explicit CPU loop (src/comm/native.py), straight from the pieces: whole
+        """L1 block statistics with the explicit CPU loop (src/comm/codecs/native.py), straight from the pieces: whole
         blocks in place, a piece's last, partial block from a zero-padded copy. False where the loop cannot run."""
         if not (native.block_l1_ready() and out.device.type == "cpu" and self.buffer.device.type == "cpu"
                 and all(values.is_contiguous() and values.device.type == "cpu" for values, _ in pieces)):

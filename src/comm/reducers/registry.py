@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import inspect
 
-from src.comm.base import Reducer
-from src.comm.compressed_allreduce import CompressedAllreduce
-from src.comm.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
-from src.comm.full_precision import FullPrecisionReducer
-from src.comm.onebit import OneBitReducer
-from src.comm.param_server import NaiveParameterServer, TreeParameterServer
-from src.comm.pbit import PBitReducer
-from src.comm.ultra_low_bit import UltraLowBitAllreduce
+from src.comm.reducers.base import Reducer
+from src.comm.reducers.compressed_allreduce import CompressedAllreduce
+from src.comm.reducers.dlion import AllgatherDistributedLion, NaiveDistributedLion, TreeDistributedLion
+from src.comm.reducers.full_precision import FullPrecisionReducer
+from src.comm.reducers.onebit import OneBitReducer
+from src.comm.reducers.param_server import NaiveParameterServer, TreeParameterServer
+from src.comm.reducers.pbit import PBitReducer
+from src.comm.reducers.ultra_low_bit import UltraLowBitAllreduce
 
 REDUCERS = {
     "pbit": PBitReducer,

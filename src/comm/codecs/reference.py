@@ -2,7 +2,7 @@
 
 Each function is plain torch code over one chunk and writes its result into `out`. `kernel(fn, compiled)` returns
 the function itself (the eager path) or its compiled twin (`_Compiled`). On CPU tensors the compiled twin of every
-function in NATIVE (all the reducers' encoders and decoders) runs an explicit C loop (src/comm/native.py: inductor's
+function in NATIVE (all the reducers' encoders and decoders) runs an explicit C loop (src/comm/codecs/native.py: inductor's
 AVX2 code loads integer vectors slowly), equal bit for bit to this torch code; elsewhere (a GPU, or arguments a loop
 does not take, such as the log codes) it runs `torch.compile` (inductor: a fused, vectorised C++ loop on CPU, a
 Triton kernel on GPU). Compiling is lazy: no torch.compile, and no import of torch._dynamo or torch._inductor, until
@@ -10,7 +10,7 @@ a call needs inductor, so a CPU run of the Lion Cub reducers pays no compile tim
 dynamic, so chunks of every length share one compilation, while the options (field width, levels, tie rule) stay
 compile-time constants: one compilation per reducer setting. Every path computes the same integer codes and the
 same float operations in the same order, so their results are equal bit for bit (tested); only the integer packing
-is written two ways in torch (src/comm/packing.py `fold`).
+is written two ways in torch (src/comm/codecs/packing.py `fold`).
 
 - `encode_votes`: sign votes (zeros by the tie rule) -> 0/1 fields -> words (Section 3.2, Section 6's 4-bit case);
 - `encode_signs`: sign(x) + 1, exact zeros kept (`zeros="keep"`);
@@ -19,7 +19,7 @@ is written two ways in torch (src/comm/packing.py `fold`).
 - `majority_1bit`: the 1-bit reducer's local vote over the world's copies of one chunk (Section 3.1, Fig. 1);
 - `decode_signs_1bit`: 1-bit majority words -> +-1;
 - `encode_cast`, `decode_sign`: the full-precision reference reducers (inductor only).
-Fields are laid out planar (src/comm/packing.py): value i of a chunk of n = k m values is field i // m of word i % m.
+Fields are laid out planar (src/comm/codecs/packing.py): value i of a chunk of n = k m values is field i // m of word i % m.
 Deliberate difference from the paper: its CuPy kernels are hand-written; ours are generated from this torch code
 on GPU, and hand-written C loops (checked against this code) on CPU.
 """
@@ -30,8 +30,8 @@ import warnings
 
 import torch
 
-from src.comm import native
-from src.comm.packing import fields_per_word, fold, spread
+from src.comm.codecs import native
+from src.comm.codecs.packing import fields_per_word, fold, spread
 from src.quant.blocks import BLOCK, quantize_blocks
 
 _COMPILED: dict = {}
@@ -77,7 +77,7 @@ class _Compiled:
     constants: `dynamic=True` would make the field width symbolic too, and the loop slow), except for the functions
     in STATIC_SHAPES. Where compiling fails (no C++ compiler, an unsupported device), it warns once and runs `fn`
     itself, which gives the same result.
-    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/native.py) where they take the
+    On CPU, the functions in NATIVE run as explicit C loops instead (src/comm/codecs/native.py) where they take the
     arguments. Everything is lazy: torch.compile (and the import of dynamo and inductor) happens on the first call
     that needs inductor (a GPU tensor, or arguments the C loop declines), and the C library is built on the first
     CPU call of a loop, so a CPU run of the loops never loads dynamo and a GPU run never builds the library."""
@@ -206,7 +206,7 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> None:
 # Compiled for each length they meet (a run meets two: the chunk and the last chunk): with a symbolic length,
 # inductor flattens the [8, m] output of the 1-bit decode into one loop with a division per element, 40x slower.
 STATIC_SHAPES = {decode_signs_1bit}
-# On CPU, these run as explicit C loops instead (src/comm/native.py: inductor's AVX2 integer loads are slow).
+# On CPU, these run as explicit C loops instead (src/comm/codecs/native.py: inductor's AVX2 integer loads are slow).
 NATIVE = {encode_votes: native.encode_votes, encode_signs: native.encode_signs, encode_levels: native.encode_levels,
           decode_sums: native.decode_sums, decode_signs_1bit: native.decode_signs_1bit,
           majority_1bit: native.majority_1bit}

@@ -18,8 +18,8 @@ Three topologies (the `name`), identical results for identical options:
 - `dlion_tree`: a parameter server at rank 0, `gather` up and `broadcast` down (Table 1, "efficient");
 - `dlion_allgather`: no server: an allgather of every worker's bits and the same vote computed on every rank
   (allreduce-free, as the authors' reference code aggregates).
-`wire_bytes(numel)` is what this rank sends under the models of `src.comm.wire` (the server sends the most under
-`dlion_naive`); `src.comm.cost_model` has the matching rows.
+`wire_bytes(numel)` is what this rank sends under the models of `src.comm.cost.wire_bytes` (the server sends the most under
+`dlion_naive`); `src.comm.cost.model` has the matching rows.
 
 Deliberate differences from the paper: field widths are rounded up to 1, 2, 4 or 8 bits (the packing requires the
 width to divide a byte, as in Lion Cub, Section 6); the server is a training rank, which counts its own vote
@@ -32,11 +32,11 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.base import VOTES, Reducer, check_choice, tie_value, votes_into
-from src.comm.collectives import all_gather_flat
-from src.comm.device import collective_device
-from src.comm.packing import FIELD_WIDTHS, pack, packed_numel, unpack
-from src.comm.wire import binomial_broadcast_bytes, binomial_gather_bytes, ring_allgather_bytes
+from src.comm.reducers.base import VOTES, Reducer, check_choice, tie_value, votes_into
+from src.comm.transport.collectives import all_gather_flat
+from src.comm.transport.device import collective_device
+from src.comm.codecs.packing import FIELD_WIDTHS, pack, packed_numel, unpack
+from src.comm.cost.wire_bytes import binomial_broadcast_bytes, binomial_gather_bytes, ring_allgather_bytes
 
 TIE_RULES = ("minus", "plus", "alternate")
 

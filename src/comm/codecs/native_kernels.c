@@ -1,4 +1,4 @@
-/* The encoders and decoders of src/comm/codec.py as plain C loops, for CPUs (src/comm/native.py builds and loads
+/* The encoders and decoders of src/comm/codecs/reference.py as plain C loops, for CPUs (src/comm/codecs/native.py builds and loads
 this file).
 
 Inductor's AVX2 code loads every integer vector through a stack copy (a stalled store-to-load forward per
@@ -6,7 +6,7 @@ vector), so its decoders, which read packed integer words, ran 4-6x slower than 
 these loops read and write the words directly and the C compiler vectorises them for the machine's ISA. Each
 computes the same integers and the same float32 operations, in the same order, as the torch code of its namesake in
 codec.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE float
-semantics), so the results are equal bit for bit. The layout is planar (src/comm/packing.py): value j m + i of n =
+semantics), so the results are equal bit for bit. The layout is planar (src/comm/codecs/packing.py): value j m + i of n =
 k m values is field j of word i. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,7 +99,7 @@ void lc_majority_1bit(uint8_t *restrict out, const uint8_t *restrict received, i
 
 /* block_l1: per row of 128 floats, sum |x| in the order torch.sum(x.abs(), dim=1) adds them on CPU (its
    vectorised inner sum with `lanes`-wide vectors: four vector accumulators taking vectors 4i + k in turn, then
-   added together, then their lanes in order); src/comm/native.py uses it only where it reproduced torch exactly. */
+   added together, then their lanes in order); src/comm/codecs/native.py uses it only where it reproduced torch exactly. */
 static inline void block_l1_rows(float *restrict out, const float *restrict x, int64_t rows, const int lanes) {
     const int width = 128, vectors = width / lanes, groups = vectors / 4;
     for (int64_t r = 0; r < rows; r++) {

@@ -4,10 +4,10 @@ processes").
 
 The candidates are the Lion Cub reducers that compute the same sign majority vote (so the trained parameters do
 not depend on the choice): `pbit` with the narrowest field width whose sums cannot overflow at this world size
-(src.comm.pbit.field_width: 2 bits up to 3 ranks, 4 up to 15, 8 up to 255, then 16), `onebit`, `ps_tree` and
+(src.comm.reducers.pbit.field_width: 2 bits up to 3 ranks, 4 up to 15, 8 up to 255, then 16), `onebit`, `ps_tree` and
 `ps_naive` (the parameter servers with the same packed fields). Each is costed with Table 1's row
-(src.comm.cost_model.cost) for the run's world size, the model's parameter count and the network's alpha and beta
-(src.comm.network_fit); the cheapest wins, ties going to the earlier candidate. `choose_reducer` returns the
+(src.comm.cost.model.cost) for the run's world size, the model's parameter count and the network's alpha and beta
+(src.comm.cost.network_fit); the cheapest wins, ties going to the earlier candidate. `choose_reducer` returns the
 concrete reducer options and the predicted time of every candidate, for the log line and the run's record.
 
 Deliberate differences from the paper: the paper picks the algorithm and datatype by hand per setting (Fig. 2 is
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from src.comm.cost_model import cost
-from src.comm.network_fit import NetworkCosts
-from src.comm.packing import FIELD_WIDTHS
-from src.comm.pbit import field_width
+from src.comm.cost.model import cost
+from src.comm.cost.network_fit import NetworkCosts
+from src.comm.codecs.packing import FIELD_WIDTHS
+from src.comm.reducers.pbit import field_width
 from src.utils.adjustment import Adjustment
 
 CANDIDATES = ("pbit", "onebit", "ps_tree", "ps_naive")

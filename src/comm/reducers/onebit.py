@@ -7,14 +7,14 @@
 4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
    every rank every part; unpacking yields the +-1 direction.
 
-The work is a library of per-chunk operations (src/comm/chunked.py): `encode` is step 1, `exchange` steps 2-4 (the
+The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` is step 1, `exchange` steps 2-4 (the
 all-to-all and allgather asynchronous), `decode` unpacks; the caller's pipeline overlaps encoding, voting and
 decoding with the wire. A chunk is a
 multiple of `8 * world_size` elements, so that every rank's part is whole bytes; the vector is padded to such a
 multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
 result never holds a zero.
 Deliberate difference from the paper: none in the algorithm; the paper's CuPy pack/unpack kernels are replaced by
-fused torch kernels (src/comm/codec.py), and the vector travels in pipelined chunks.
+fused torch kernels (src/comm/codecs/reference.py), and the vector travels in pipelined chunks.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm import codec
-from src.comm.base import Reduction, check_choice, tie_value
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
-from src.comm.pipeline import Chunk
-from src.comm.wire import pairwise_all_to_all_bytes, ring_allgather_bytes
+from src.comm.codecs import reference as codec
+from src.comm.reducers.base import Reduction, check_choice, tie_value
+from src.comm.reducers.chunked import DEFAULT_CHUNK, ChunkedReducer
+from src.comm.transport.pipeline import Chunk
+from src.comm.cost.wire_bytes import pairwise_all_to_all_bytes, ring_allgather_bytes
 
 # torch 2.14 renamed all_gather_into_tensor (now deprecated) to all_gather_single; accept either torch.
 _all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -58,7 +58,7 @@ class OneBitReducer(ChunkedReducer):
     def padded_numel(self, numel: int) -> int:
         return self.plan(numel).padded_numel
 
-    # --- the per-chunk operations (src/comm/chunked.py) -----------------------------------------------------------
+    # --- the per-chunk operations (src/comm/reducers/chunked.py) -----------------------------------------------------------
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         """Step 1: the chunk's votes packed to 1 bit."""
         sent = self.slot("sent", slot, reduction.plan.chunk // 8, torch.uint8, reduction.device)[: chunk.length // 8]

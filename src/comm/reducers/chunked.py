@@ -1,7 +1,7 @@
 """The per-chunk operations of the pipelined reducers: a library the optimizer's step calls (Lion Cub, Section 6).
 
 A reducer cuts a vector of segments (the layers, end to end) into chunks (`chunk_plan(sizes)`,
-src/comm/pipeline.py) and offers, per chunk, the three operations of a compressed reduction, which its caller
+src/comm/transport/pipeline.py) and offers, per chunk, the three operations of a compressed reduction, which its caller
 strings together:
 
     reduction = reducer.begin(sizes, step, device)         # one reduction: plan, step, scales, rounding stream
@@ -13,7 +13,7 @@ Per-layer scales span chunks: before encoding a chunk, the caller shows the redu
 `statistics_wanted(reduction, chunk)` names (`observe`), in order. The caller owns the loop: `LionCub.step`
 (src/optim/lion_cub.py) computes each chunk's values from the momentum and gradient and applies each direction to
 the parameters; `reduce(update, step)` here runs the same operations on a whole flat vector (`encode_from_vector`,
-`write_chunk`). Either hands its per-chunk generators to `src.comm.pipeline.Pipeline`, which keeps `depth`
+`write_chunk`). Either hands its per-chunk generators to `src.comm.transport.pipeline.Pipeline`, which keeps `depth`
 collectives in flight; each chunk in flight owns one of `depth` buffer slots.
 
 Memory a reducer keeps: one float32 scratch chunk (`Reduction.scratch`) and a slot of wire words per chunk in
@@ -21,7 +21,7 @@ flight (plus, for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK
 length; and the flat direction of `reduce`, only when that is called.
 
 Options: `chunk` (elements per pipelined chunk; 0: the whole vector in one chunk, nothing overlapped) and `compile`
-(`auto`: compiled kernels from COMPILE_MIN_NUMEL elements up; true; false), see src/comm/codec.py.
+(`auto`: compiled kernels from COMPILE_MIN_NUMEL elements up; true; false), see src/comm/codecs/reference.py.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from typing import Generator, Sequence
 
 import torch
 
-from src.comm import codec
-from src.comm.base import NonFiniteUpdateError, Reducer, Reduction
-from src.comm.device import collective_device
-from src.comm.pipeline import Chunk, ChunkPlan, run_pipeline
+from src.comm.codecs import reference as codec
+from src.comm.reducers.base import NonFiniteUpdateError, Reducer, Reduction
+from src.comm.transport.device import collective_device
+from src.comm.transport.pipeline import Chunk, ChunkPlan, run_pipeline
 
 DEFAULT_CHUNK = 1 << 21
 COMPILE_MIN_NUMEL = 1 << 20
@@ -192,7 +192,7 @@ class ChunkedReducer(Reducer):
 
     def _check_device(self, device: torch.device) -> None:
         """Every buffer handed to a collective lives where the update does; the group must send from there
-        (src/comm/device.py). Checked once per device."""
+        (src/comm/transport/device.py). Checked once per device."""
         if device in self._devices_checked:
             return
         wire = collective_device(self.group, prefer=device)

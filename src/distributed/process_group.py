@@ -2,11 +2,11 @@
 
 `describe()` reads the launcher's environment (torchrun's RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; without
 them, Slurm's SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS, ... of a job step started by srun or Hydra's submitit
-launcher, with the master address from the step's node list, see src.dist.slurm_env; a plain
+launcher, with the master address from the step's node list, see src.distributed.slurm_env; a plain
 `python -m src.train` is one process), picks the device and backend, and checks every constraint up front with a
 message that names the numbers (in the spirit of torchtitan's ParallelDims). It has no side effects, so a bad
 launch fails before anything starts. `init_process_group()` then applies the `network` config's environment (e.g.
-Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and the rank's thread count (src.dist.threads: the emulated
+Section 7's Ethernet setting, NCCL_IB_DISABLE=1) and the rank's thread count (src.distributed.threads: the emulated
 cluster's share of the cores, or a warning when local ranks would oversubscribe them) and starts the group.
 
 Backend: NCCL on CUDA, gloo on CPU. `network=local` pins gloo to the loopback interface and CPU tensors (gloo's CUDA
@@ -28,10 +28,10 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from src.comm.device import collective_device
-from src.comm.network import Network
-from src.dist.slurm_env import slurm_launch_env
-from src.dist.threads import apply_thread_share
+from src.comm.transport.device import collective_device
+from src.comm.cost.network import Network
+from src.distributed.slurm_env import slurm_launch_env
+from src.distributed.threads import apply_thread_share
 from src.errors import SetupError
 
 
@@ -63,7 +63,7 @@ def _int_env(environ: Mapping[str, str], key: str) -> int:
 
 def read_launch_env(environ: Mapping[str, str]) -> tuple[int, int, int, int]:
     """(rank, local_rank, world_size, local_world_size) from torchrun's variables, else from Slurm's inside a job
-    step (src.dist.slurm_env); one process when neither is there."""
+    step (src.distributed.slurm_env); one process when neither is there."""
     if "WORLD_SIZE" not in environ and "RANK" not in environ:
         environ = slurm_launch_env(environ)  # one srun task per rank (submitit), else one plain process
         if not environ:

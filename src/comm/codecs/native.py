@@ -18,7 +18,7 @@ inputs: NaN, infinities, -0.0, exact halves, values beyond the levels, subnormal
 torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
 (checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
 
-`src.comm.codec.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
+`src.comm.codecs.reference.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
 False, doing nothing, for arguments it does not take; then the inductor kernel runs, same result). The library is
 built on the first call that can use it (a CPU call: a GPU run never builds it), once per source, compiler flags and
 CPU (model, ISA, feature flags), under the temporary directory, with `cc -O3 -march=native` (IEEE float semantics:
@@ -40,7 +40,7 @@ from typing import Sequence
 
 import torch
 
-from src.comm.packing import FIELD_WIDTHS, fields_per_word, word_dtype
+from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
 from src.quant.blocks import BLOCK
 from src.utils import machine
 

@@ -25,8 +25,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.pipeline import Chunk, ChunkPlan, Done
-from src.comm.workspace import Workspace
+from src.comm.transport.pipeline import Chunk, ChunkPlan, Done
+from src.comm.transport.workspace import Workspace
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
@@ -90,7 +90,7 @@ def resolve_group(group, world_size: int | None, rank: int | None) -> tuple[int,
 class Reducer:
     """Base class: owns the process group, the timer and the checks; subclasses implement `_reduce`.
 
-    The per-chunk operations a caller strings together (src/comm/chunked.py: `plan`, `begin`,
+    The per-chunk operations a caller strings together (src/comm/reducers/chunked.py: `plan`, `begin`,
     `statistics_wanted`, `observe`, `encode`, `exchange`, `decode`) are given here for a reducer that reduces the
     whole vector in one call: its plan is one chunk, `encode` hands the values on, `exchange` runs `reduce` (the
     collectives run there, synchronously) and `decode` hands its direction on. So a caller has one path for every

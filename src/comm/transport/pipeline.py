@@ -14,7 +14,7 @@ for the 1-bit all-to-all). A `Chunk` is a range of that padded vector with the `
 chunk without padding is `plain`: a view of the caller's unpadded vector does, no copy.
 Callers: `LionCub.step` (src/optim/lion_cub.py, one generator per chunk of Algorithm 1; with overlap, one slot per
 chunk and the pipeline kept alive into the next forward pass, src/optim/overlap.py), a reducer's `reduce` on a
-flat vector (src/comm/chunked.py) and the momentum synchronisation (src/optim/momentum_sync.py).
+flat vector (src/comm/reducers/chunked.py) and the momentum synchronisation (src/optim/momentum_sync.py).
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ P workers, N parameters, latency alpha (s), inverse bandwidth beta (s/bit), b bi
 | allreduce  | 2 log2(P) alpha          | 2 (P-1)/P N b beta                 |
 
 Rows of the baselines (not in Table 1), each the time of the busiest link under the algorithms `wire_bytes` models
-(src/comm/wire.py), so that 8 * beta * (bytes through that link) is exactly the bandwidth term:
+(src/comm/cost/wire_bytes.py), so that 8 * beta * (bytes through that link) is exactly the bandwidth term:
 
 | algorithm            | latency                | bandwidth                                   | busiest link |
 |----------------------|------------------------|---------------------------------------------|--------------|

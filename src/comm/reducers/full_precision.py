@@ -4,7 +4,7 @@ Every rank contributes its raw update vector c_i (no quantization), one SUM allr
 the direction is sign(sum_i c_i), exact ties kept as 0. With momentum synchronised every step this is Lion on the
 averaged gradient (the sum of identical-momentum updates has the sign of the averaged update), which the tests use
 as the reference trajectory. Majority vote only: an "average" of raw values is not a Lion direction.
-Per chunk like the low-bit reducers (src/comm/chunked.py): `encode` casts, `exchange` allreduces, `decode` takes the sign.
+Per chunk like the low-bit reducers (src/comm/reducers/chunked.py): `encode` casts, `exchange` allreduces, `decode` takes the sign.
 Deliberate difference from the paper: none (the paper's "Lion (32/16bit)" baselines allreduce *gradients*; that
 is `src.optim.grad_allreduce`, not this reducer).
 """
@@ -15,11 +15,11 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm import codec
-from src.comm.base import Reduction
-from src.comm.chunked import DEFAULT_CHUNK, ChunkedReducer
-from src.comm.pipeline import Chunk
-from src.comm.wire import ring_allreduce_bytes
+from src.comm.codecs import reference as codec
+from src.comm.reducers.base import Reduction
+from src.comm.reducers.chunked import DEFAULT_CHUNK, ChunkedReducer
+from src.comm.transport.pipeline import Chunk
+from src.comm.cost.wire_bytes import ring_allreduce_bytes
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -6,7 +6,7 @@ back; every rank then decodes the same sum. The encoding is the p-bit reducer's 
 - `ps_naive`: point-to-point sends to rank 0 and back (Table 1, "Parameter server (naive)").
 - `ps_tree`: `gather` + `broadcast` collectives (Table 1, "Parameter server (efficient)").
 
-The sums travel in pipelined chunks, as pbit's do (src/comm/chunked.py): the same `encode` and `decode`, and an
+The sums travel in pipelined chunks, as pbit's do (src/comm/reducers/chunked.py): the same `encode` and `decode`, and an
 `exchange` of point-to-point `isend`/`irecv` tagged by chunk, or of asynchronous `gather` and `broadcast`.
 Deliberate difference from Distributed Lion: the server returns the exact sum (in `bits`-wide fields) rather than
 an already-voted binary vector, so majority vote and averaging share one wire format and exact ties stay 0.
@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from src.comm.base import Reduction
-from src.comm.packing import fields_per_word, packed_bytes, word_dtype
-from src.comm.pbit import PBitReducer
-from src.comm.pipeline import Chunk, Works
-from src.comm.wire import binomial_broadcast_bytes, binomial_gather_bytes
+from src.comm.reducers.base import Reduction
+from src.comm.codecs.packing import fields_per_word, packed_bytes, word_dtype
+from src.comm.reducers.pbit import PBitReducer
+from src.comm.transport.pipeline import Chunk, Works
+from src.comm.cost.wire_bytes import binomial_broadcast_bytes, binomial_gather_bytes
 
 
 class _ParameterServer(PBitReducer):
