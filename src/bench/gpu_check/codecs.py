@@ -1,15 +1,28 @@
-"""Every codec kernel of the reducers, compiled and eager on a device, against the CPU eager result, bit for bit.
+"""Every codec kernel of the reducers, on each GPU backend, against the torch reference on the CPU, within a stated
+bound per output (Lion Cub, Section 6).
 
-The kernels of src/comm/codecs/reference.py (Lion Cub, Section 6: the p-bit and 1-bit paths and the L1 levels), the packing
-of src/comm/codecs/packing.py and the per-block scales of src/quant/blocks.py, on adversarial vectors (`adversarial`):
+The kernels of src/comm/codecs/reference.py (the p-bit and 1-bit paths and the L1 levels), the packing of
+src/comm/codecs/packing.py and the per-block scales of src/quant/blocks.py, on adversarial vectors (`adversarial`):
 runs of zeros, -0.0, exact ties, subnormals, per-block scales over 60 decades, extremes, infinities and NaN; at
-every field width, with word counts that are odd (lengths not divisible by 8 where the width allows it). The
-inputs are made on the CPU and copied to the device, so both sides compute from the same bits.
+every field width, with word counts that are odd (lengths not divisible by 8 where the width allows it). The inputs
+are made on the CPU and copied to the device, so every side computes from the same bits. Each codec runs on every
+backend the device has (`torch`: the reference itself, eager on the device; `triton`: src/comm/codecs/backend.py's
+kernels, where Triton runs: src/bench/gpu_check/kernels.py); the packing and the scales are torch code only.
 
-`compare(device, ...)` is device-agnostic: on a CPU it compares inductor's C++ kernels with eager (the tests run a
-few cases so this check cannot rot); the section (`run`) compares Triton's kernels and CUDA eager with CPU eager.
-A compiled kernel that fell back to eager (src/comm/codecs/reference.py warns and runs `fn` itself) fails its check: its
-equality would prove nothing about the compiled path.
+What may differ, per output (src/bench/gpu_check/tolerance.py states each rule and why):
+- integer outputs (votes, signs, level codes, packed words, majority bits, unpacked fields): bit for bit;
+- the full-precision casts: bit for bit, except that a NaN may carry another payload (the bf16 cast of an H200
+  differed from the CPU's on exactly the 2 NaNs of its 301 elements: 0x7FFF against 0xFFFF);
+- decoded directions that are signs (majority, 1-bit, full-precision sign): equal values (a zero's sign and a
+  NaN's payload aside); decoded averages (an integer sum divided by the world size): within 2 ulps;
+- L1 block scales: a float32 sum of BLOCK magnitudes per block, which the devices add in other orders, then a
+  float64 sum, a cast and a reciprocal. Any order of n non-negative terms is within (n - 1) u of the exact sum
+  (u = 2^-24), so two orders are within 2 (BLOCK - 1) u of each other; the cast and the reciprocal and multiply
+  add u each per side: `L1_SCALE_REL` = (2 BLOCK + 8) u (about 1.6e-5). The maxima of the other methods do not
+  depend on the order: bit for bit (NaN payloads aside).
+
+`compare(device, cases, backends)` is device-agnostic: the tests run it on the CPU, so this check cannot rot; the
+section (`run`) compares each GPU backend with the CPU's torch reference.
 """
 from __future__ import annotations
 
@@ -19,6 +32,8 @@ from typing import Callable
 
 import torch
 
+from src.bench.gpu_check.kernels import codec_for, device_backends
+from src.bench.gpu_check.tolerance import BITWISE, ULP, Bound, beyond, largest_gap
 from src.comm.codecs import reference as codec
 from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
@@ -26,6 +41,15 @@ from src.quant.blocks import BLOCK, block_stats, segment_inverse
 LEVEL_SETTINGS = (("l1", 15, 8), ("l1", 7, 16), ("l1", 1, 2), ("l1", 7, 4), ("linf", 7, 8), ("linf_nozero", 3, 4),
                   ("log", 7, 16))
 WORLD_SIZES = (1, 2, 3, 4, 8)
+L1_SCALE_REL = (2 * BLOCK + 8) * ULP
+SIGNS = Bound("value", "signs (+-1 or 0) that enter the update as p - lr * direction, where a zero's sign changes "
+                       "nothing")
+AVERAGE = Bound("ulps", "an integer sum divided by the world size: torch's CUDA kernel multiplies by the reciprocal of "
+                        "a host scalar, Triton's float32 division is div.full.f32 (<= 2 ulps)", ulps=2)
+CAST = Bound("nan", "a rounding to nearest even on every device; a NaN's payload is the implementation's")
+MAXIMA = Bound("nan", "maxima, reciprocals and products: the same in any order")
+L1_SCALES = Bound("relative", f"float32 sums of {BLOCK} magnitudes in another order: 2 ({BLOCK} - 1) u, plus a cast, "
+                              "a reciprocal and a multiply per side", rel=L1_SCALE_REL)
 
 
 def adversarial(numel: int, seed: int) -> torch.Tensor:
@@ -56,12 +80,14 @@ def quarter_inverse(x: torch.Tensor, method: str, levels: int) -> torch.Tensor:
 
 @dataclass
 class Case:
-    """One kernel call: `fn(out, *args)` with CPU inputs, `out` shaped and typed like `template`."""
+    """One kernel call: `fn(out, *args)` with CPU inputs, `out` shaped and typed like `template`; `bound`: what may
+    differ from the CPU's result; `codec`: a reference codec (it has per-backend kernels), else torch code only."""
     label: str
     fn: Callable
     args: tuple
     template: torch.Tensor
-    compiles: bool = True  # a codec kernel (src.comm.codecs.reference.kernel); the packing and scales run eagerly only
+    bound: Bound = BITWISE
+    codec: bool = True
 
 
 def _words(sums: torch.Tensor, bits: int) -> torch.Tensor:
@@ -70,110 +96,117 @@ def _words(sums: torch.Tensor, bits: int) -> torch.Tensor:
     return sum(planes[j] << (bits * j) for j in range(k)).to(word_dtype(bits))
 
 
-def cases(m: int = 4099, seed: int = 0) -> list[Case]:
-    """Every kernel at every field width, on `m` words (odd: no length below is a multiple of 8 unless k is)."""
-    out: list[Case] = []
-    g = torch.Generator().manual_seed(seed)
-    for bits in FIELD_WIDTHS:
-        k, wd = fields_per_word(bits), word_dtype(bits)
-        x = adversarial(k * m, seed + bits)
-        for positive in (True, False):
-            out.append(Case(f"encode_votes {bits}-bit ties {'+' if positive else '-'}", codec.encode_votes,
-                            (x, positive, bits), torch.empty(m, dtype=wd)))
-        if field_max(bits) >= 2:
-            out.append(Case(f"encode_signs {bits}-bit", codec.encode_signs, (x, bits), torch.empty(m, dtype=wd)))
-        world = min(field_max(bits), 9)
-        words = _words(torch.randint(0, world + 1, (k * m,), generator=g, dtype=torch.int32), bits)
-        for votes, majority in ((True, True), (True, False), (False, True), (False, False)):
-            out.append(Case(f"decode_sums {bits}-bit votes={votes} majority={majority}", codec.decode_sums,
-                            (words, bits, world / 2 if votes else float(world), votes, majority, float(world)),
-                            torch.empty(k * m)))
-        values = torch.randint(0, field_max(min(bits, 8)) + 1, (k * m + 3,), generator=g,
-                               dtype=torch.int32 if bits == 16 else torch.uint8)
-        out.append(Case(f"pack {bits}-bit", lambda o, v, b: o.copy_(pack(v, b)), (values, bits),
-                        torch.empty(-(-values.numel() // k), dtype=wd), compiles=False))
-        packed = pack(values, bits)
-        out.append(Case(f"unpack {bits}-bit", lambda o, w, b, n: o.copy_(unpack(w, b, n)), (packed, bits,
-                        values.numel()), torch.empty(values.numel(), dtype=values.dtype), compiles=False))
-    for method, levels, bits in LEVEL_SETTINGS:
-        k = fields_per_word(bits)
-        x = adversarial(k * BLOCK * (2 * (m // BLOCK) + 1), seed + levels)  # an odd number of blocks per field
-        noise = torch.rand(x.numel(), generator=g) if "linf" in method else None
-        out.append(Case(f"encode_levels {method} L={levels} {bits}-bit", codec.encode_levels,
-                        (x, quarter_inverse(x, method, levels), noise, method, levels, bits),
-                        torch.empty(x.numel() // k, dtype=word_dtype(bits))))
-        out.append(Case(f"block scales {method} L={levels}", lambda o, v, meth, lev: o.copy_(
-            quarter_inverse(v, meth, lev)), (x, method, levels), torch.empty(x.numel() // BLOCK), compiles=False))
+def _field_cases(bits: int, m: int, seed: int, g: torch.Generator) -> list[Case]:
+    """Votes, signs, decoded sums, packing and unpacking at one field width, on `m` words."""
+    k, wd = fields_per_word(bits), word_dtype(bits)
+    x = adversarial(k * m, seed + bits)
+    out = [Case(f"encode_votes {bits}-bit ties {'+' if positive else '-'}", codec.encode_votes, (x, positive, bits),
+                torch.empty(m, dtype=wd)) for positive in (True, False)]
+    if field_max(bits) >= 2:
+        out.append(Case(f"encode_signs {bits}-bit", codec.encode_signs, (x, bits), torch.empty(m, dtype=wd)))
+    world = min(field_max(bits), 9)
+    words = _words(torch.randint(0, world + 1, (k * m,), generator=g, dtype=torch.int32), bits)
+    for votes, majority in ((True, True), (True, False), (False, True), (False, False)):
+        out.append(Case(f"decode_sums {bits}-bit votes={votes} majority={majority}", codec.decode_sums,
+                        (words, bits, world / 2 if votes else float(world), votes, majority, float(world)),
+                        torch.empty(k * m), SIGNS if majority else AVERAGE))
+    values = torch.randint(0, field_max(min(bits, 8)) + 1, (k * m + 3,), generator=g,
+                           dtype=torch.int32 if bits == 16 else torch.uint8)
+    out.append(Case(f"pack {bits}-bit", lambda o, v, b: o.copy_(pack(v, b)), (values, bits),
+                    torch.empty(-(-values.numel() // k), dtype=wd), codec=False))
+    out.append(Case(f"unpack {bits}-bit", lambda o, w, b, n: o.copy_(unpack(w, b, n)),
+                    (pack(values, bits), bits, values.numel()), torch.empty(values.numel(), dtype=values.dtype),
+                    codec=False))
+    return out
+
+
+def _level_cases(method: str, levels: int, bits: int, m: int, seed: int, g: torch.Generator) -> list[Case]:
+    """The level codes of one quantizer setting (the CPU's scales given to every side), and the scales."""
+    k = fields_per_word(bits)
+    x = adversarial(k * BLOCK * (2 * (m // BLOCK) + 1), seed + levels)  # an odd number of blocks per field
+    noise = torch.rand(x.numel(), generator=g) if "linf" in method else None
+    return [Case(f"encode_levels {method} L={levels} {bits}-bit", codec.encode_levels,
+                 (x, quarter_inverse(x, method, levels), noise, method, levels, bits),
+                 torch.empty(x.numel() // k, dtype=word_dtype(bits))),
+            Case(f"block scales {method} L={levels}", lambda o, v, meth, lev: o.copy_(quarter_inverse(v, meth, lev)),
+                 (x, method, levels), torch.empty(x.numel() // BLOCK), L1_SCALES if method == "l1" else MAXIMA,
+                 codec=False)]
+
+
+def _onebit_and_cast_cases(m: int, seed: int, g: torch.Generator) -> list[Case]:
+    out = []
     for world_size in WORLD_SIZES:
         received = torch.randint(0, 256, (world_size * m,), generator=g, dtype=torch.uint8)
-        for positive in (True, False):
-            out.append(Case(f"majority_1bit W={world_size} ties {'+' if positive else '-'}", codec.majority_1bit,
-                            (received, world_size, positive), torch.empty(m, dtype=torch.uint8)))
+        out += [Case(f"majority_1bit W={world_size} ties {'+' if positive else '-'}", codec.majority_1bit,
+                     (received, world_size, positive), torch.empty(m, dtype=torch.uint8)) for positive in (True, False)]
     words = torch.randint(0, 256, (m,), generator=g, dtype=torch.uint8)
-    out.append(Case("decode_signs_1bit", codec.decode_signs_1bit, (words,), torch.empty(8 * m)))
+    out.append(Case("decode_signs_1bit", codec.decode_signs_1bit, (words,), torch.empty(8 * m), SIGNS))
     x = adversarial(8 * m + 5, seed + 99)
-    for dtype in (torch.float32, torch.bfloat16):
-        out.append(Case(f"encode_cast {dtype}", codec.encode_cast, (x,), torch.empty(x.numel(), dtype=dtype)))
-    out.append(Case("decode_sign", codec.decode_sign, (x.to(torch.bfloat16),), torch.empty(x.numel())))
+    out += [Case(f"encode_cast {dtype}", codec.encode_cast, (x,), torch.empty(x.numel(), dtype=dtype), CAST)
+            for dtype in (torch.float32, torch.bfloat16)]
+    out.append(Case("decode_sign", codec.decode_sign, (x.to(torch.bfloat16),), torch.empty(x.numel()), SIGNS))
     return out
+
+
+def cases(m: int = 4099, seed: int = 0) -> list[Case]:
+    """Every kernel at every field width, on `m` words (odd: no length below is a multiple of 8 unless k is)."""
+    g = torch.Generator().manual_seed(seed)
+    out = [c for bits in FIELD_WIDTHS for c in _field_cases(bits, m, seed, g)]
+    out += [c for setting in LEVEL_SETTINGS for c in _level_cases(*setting, m, seed, g)]
+    return out + _onebit_and_cast_cases(m, seed, g)
 
 
 def _to(value, device: torch.device):
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """An integer view of `t` (floats by their bits: NaN payloads, -0.0 and subnormals compare exactly)."""
-    views = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float64: torch.int64}
-    return t.view(views[t.dtype]) if t.dtype in views else t
-
-
-def differing(a: torch.Tensor, b: torch.Tensor) -> int:
-    """How many elements differ bit for bit (a shape or dtype mismatch counts every element)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return max(a.numel(), b.numel())
-    return int((_bits(a) != _bits(b)).sum())
-
-
-def call(case: Case, device: torch.device, compiled: bool) -> tuple[torch.Tensor, bool]:
-    """(the result on the CPU, whether the compiled path really ran) of `case` on `device`."""
+def call(case: Case, device: torch.device, backend: str = "torch") -> torch.Tensor:
+    """The result of `case` on `device` with `backend`'s kernel (the torch reference for non-codecs), on the CPU."""
     out = torch.empty_like(case.template, device=device)
-    args = tuple(_to(a, device) for a in case.args)
-    runner = codec.kernel(case.fn, compiled) if case.compiles else case.fn
-    runner(out, *args)
-    really = not compiled or getattr(runner, "compiled", None) is not None
-    return out.cpu(), really
+    runner = codec_for(case.fn, backend) if case.codec else case.fn
+    if runner is None:
+        raise LookupError(f"this tree has no {backend} kernel for {case.fn.__name__}")
+    runner(out, *(_to(a, device) for a in case.args))
+    return out.cpu()
 
 
-def compare(device: torch.device | str, selected: list[Case], compiled: bool = True) -> list[tuple[str, bool, str]]:
-    """(check name, held, detail) per case and path: `device` eager and (where `compiled` and the case is a codec
-    kernel) `device` compiled, each against CPU eager."""
+def check_line(case: Case, reference: torch.Tensor, got: torch.Tensor) -> tuple[bool, str]:
+    """(held, detail) of one result against the CPU's reference under the case's bound."""
+    wrong = beyond(reference, got, case.bound)
+    if not wrong:
+        return True, f"{reference.numel()} elements {case.bound.describe()} ({case.bound.why})"
+    gap = largest_gap(reference, got)
+    return False, (f"{wrong} of {reference.numel()} elements beyond the bound ({case.bound.describe()}: "
+                   f"{case.bound.why})" + (f"; {gap}" if gap else ""))
+
+
+def compare(device: torch.device | str, selected: list[Case],
+            backends: tuple[str, ...] = ("torch",)) -> list[tuple[str, bool, str]]:
+    """(check name, held, detail) per case and backend: `device` with each backend (codecs; torch code runs on the
+    torch backend only) against the torch reference on the CPU."""
     device = torch.device(device)
     checks = []
     for case in selected:
-        reference, _ = call(case, torch.device("cpu"), False)
-        paths = ("eager", "compiled") if compiled and case.compiles else ("eager",)
-        for path in paths:
+        reference = call(case, torch.device("cpu"))
+        for backend in backends if case.codec else ("torch",):
+            name = f"{case.label} ({device.type} {backend})"
             try:
-                got, really = call(case, device, path == "compiled")
+                got = call(case, device, backend)
             except Exception as exc:  # noqa: BLE001 - one failing kernel is one failed check
-                checks.append((f"{case.label} ({device.type} {path})", False, f"{type(exc).__name__}: {exc}"[:300]))
+                checks.append((name, False, f"{type(exc).__name__}: {exc}"[:300]))
                 continue
-            wrong = differing(reference, got)
-            detail = f"{wrong} of {reference.numel()} elements differ from CPU eager" if wrong else \
-                f"{reference.numel()} elements bitwise equal to CPU eager"
-            if not really:
-                detail = "the compiled kernel fell back to eager (see the section log); " + detail
-            checks.append((f"{case.label} ({device.type} {path})", wrong == 0 and really, detail))
+            checks.append((name, *check_line(case, reference, got)))
     return checks
 
 
 def run(result, workdir: Path) -> None:
     device = torch.device("cuda")
-    for m in (37, 40_961):  # a few words, and more than one Triton block per kernel
-        for name, ok, detail in compare(device, cases(m=m)):
+    backends, left_out = device_backends(device)
+    for m in (37, 40_961):  # a few words, and more than one block of a kernel's launch
+        for name, ok, detail in compare(device, cases(m=m), backends):
             result.check(f"{name}, {m} words", ok, detail)
-    result.note("Inputs are made on the CPU and copied to the GPU; 'compiled' is torch.compile (Triton on CUDA), "
-                "'eager' plain torch on CUDA, both compared with plain torch on the CPU, bit for bit. The block "
-                "scales are float sums and maxima: a difference there means a CPU run and a GPU run of the same "
-                "configuration quantize differently (ranks of one run share a device type, so they still agree).")
+    if left_out:
+        result.note(left_out)
+    result.note("Inputs are made on the CPU and copied to the GPU; every backend's result is compared with the torch "
+                "reference on the CPU under the bound stated per output (src/bench/gpu_check/codecs.py). Ranks of one "
+                "run share a device type and a backend, so they still agree bit for bit.")

@@ -1,0 +1,55 @@
+"""Which kernels the GPU check runs for a backend name, and what an optimizer or reducer says it chose.
+
+The codecs exist as one torch reference (src/comm/codecs/reference.py) and per backend ("torch", "native": the
+CPU's C loops, "triton"): `src.comm.codecs.backend.codec(fn, backend)` gives the callable, `triton_status(device)`
+None where the Triton kernels run, else the one-line reason. The optimizers and reducers take
+`kernels: auto | triton | native | torch` (conf/variant/*.yaml); a built optimizer exposes `kernels` (the resolved
+backend) and `fused`.
+
+Everything the check needs of that interface goes through this module, so a tree without it still runs the check
+on the torch path (the sections then say the Triton backend was not compared).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable
+
+try:  # the codec backends (src/comm/codecs/backend.py)
+    from src.comm.codecs.backend import codec as _codec, triton_status as _triton_status
+except ImportError:  # a tree with the torch reference only
+    _codec = _triton_status = None
+
+NO_BACKENDS = "src.comm.codecs.backend is not in this tree: only the torch reference runs"
+
+
+def codec_for(fn: Callable, backend: str) -> Callable | None:
+    """The callable that runs the reference codec `fn` on `backend`; None where this tree has no such backend."""
+    if _codec is None:
+        return fn if backend == "torch" else None
+    return _codec(fn, backend)
+
+
+def triton_unavailable(device) -> str | None:
+    """None where the Triton kernels run on `device`, else why not (one line)."""
+    if _triton_status is None:
+        return NO_BACKENDS
+    return _triton_status(device)
+
+
+def device_backends(device) -> tuple[tuple[str, ...], str | None]:
+    """(the backends to compare on `device` against the CPU's torch reference, a note on one left out or None)."""
+    reason = triton_unavailable(device)
+    if reason is None:
+        return ("torch", "triton"), None
+    return ("torch",), f"Triton kernels not compared on {device}: {reason}"
+
+
+def kernel_option(cls, backend: str) -> dict:
+    """{"kernels": backend} where `cls` (a reducer class) takes the option, else {} (a tree without it)."""
+    return {"kernels": backend} if "kernels" in inspect.signature(cls.__init__).parameters else {}
+
+
+def chosen(optimizer) -> tuple[str | None, bool | None]:
+    """(the backend an optimizer resolved, whether its step is fused): its `kernels` and `fused`; None for what
+    it does not say (a tree without the option)."""
+    return getattr(optimizer, "kernels", None), getattr(optimizer, "fused", None)
