@@ -3,10 +3,13 @@
 The training section's first run of each variant ran under synchook/sitecustomize.py, which turned on
 `torch.cuda.set_sync_debug_mode("warn")` and recorded every synchronising CUDA call with its step, its context
 (evaluation, replica guard, checkpoint, resume, the non-finite report, timings read for a checkpoint) and its
-stack. Here, per variant and rank: the plain synchronisations of each step (outside those contexts, which
-synchronise by nature at their own intervals) from step `FIRST_STEADY` on, against `BUDGET` = 1, the non-finite
-vote's one read (src/reliability/nonfinite.py) that tests/test_gpu_path.py enforces with its CPU double. Every
-synchronisation found is listed with its stack in the section's table, within the budget or not.
+stack. Here, per variant and rank: the plain synchronisations of each steady-state step (outside those contexts,
+which synchronise by nature at their own intervals) against `BUDGET` = 1, the non-finite vote's one read
+(src/reliability/nonfinite.py) that tests/test_gpu_path.py enforces with its CPU double. Steady state: the steps
+after the runs' warm-up (`train.timing_skip`, whose steps call each tie rule's kernels for the first time: a lazy
+compilation or workspace is warm-up) and outside the injected fault's steps (the NaN step and its neighbours),
+both as the training section configures its runs (`TIMING_SKIP`, `FAULT_STEPS`). Every synchronisation found is
+listed with its stack in the section's table, steady-state or not.
 
 `plain_syncs` and `within_budget` are plain functions of the reports, tested on a recorded report on the CPU.
 """
@@ -16,9 +19,15 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from src.bench.gpu_check.training import FAULT_STEPS, TIMING_SKIP
+
 BUDGET = 1
-FIRST_STEADY = 2  # step 1 builds workspaces and compiles kernels; its syncs are listed, not held to the budget
 VOTE = "src/reliability/nonfinite.py"
+
+
+def steady(step: int, warmup: int = TIMING_SKIP, faults=FAULT_STEPS) -> bool:
+    """Whether `step` is a steady-state step: after the warm-up and outside the injected fault's steps."""
+    return step > warmup and step not in faults
 
 
 def plain_syncs(report: dict) -> dict[int, list[dict]]:
@@ -30,12 +39,12 @@ def plain_syncs(report: dict) -> dict[int, list[dict]]:
     return dict(steps)
 
 
-def within_budget(report: dict, budget: int = BUDGET, first: int = FIRST_STEADY) -> list[str]:
-    """The steps (from `first` on) over `budget` plain synchronisations, or whose one is not the vote's: one line
-    each naming the sites; empty when every steady-state step keeps the budget."""
+def within_budget(report: dict, budget: int = BUDGET, warmup: int = TIMING_SKIP, faults=FAULT_STEPS) -> list[str]:
+    """The steady-state steps over `budget` plain synchronisations, or whose one is not the vote's: one line each
+    naming the sites; empty when every steady-state step keeps the budget."""
     problems = []
     for step, syncs in sorted(plain_syncs(report).items()):
-        if step < first:
+        if not steady(step, warmup, faults):
             continue
         sites = [s["where"] for s in syncs]
         if len(syncs) > budget:
@@ -73,11 +82,13 @@ def run(result, workdir: Path) -> None:
                              f"the counter did not install: {report.get('error') or 'no CUDA in the worker'}")
                 continue
             problems = within_budget(report)
-            steady = {step: len(s) for step, s in plain_syncs(report).items() if step >= FIRST_STEADY}
+            counts = {step: len(s) for step, s in plain_syncs(report).items() if steady(step)}
             result.check(f"{variant} rank {report['rank']}: at most {BUDGET} synchronisation per steady-state step",
-                         not problems, "; ".join(problems)[:1500] or f"plain syncs per step {steady}")
+                         not problems, "; ".join(problems)[:1500] or f"plain syncs per steady-state step {counts}")
             result.table(f"{variant}, rank {report['rank']}: every synchronisation CUDA reported "
                          f"(loop functions followed: {len(report.get('hooks', []))})",
                          ["context", "where", "count", "steps", "stack (innermost first)"], sites_table(report))
     result.note("Counted by torch.cuda.set_sync_debug_mode('warn') in the worker processes: device-to-host copies, "
-                ".item(), synchronize calls and data-dependent shapes, from Python and from C++ alike.")
+                ".item(), synchronize calls and data-dependent shapes, from Python and from C++ alike. Steady state: "
+                f"steps after the warm-up of {TIMING_SKIP} (train.timing_skip) and outside the injected NaN's steps "
+                f"{list(FAULT_STEPS)}.")

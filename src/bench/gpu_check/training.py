@@ -4,16 +4,18 @@ Each run is the real command (torchrun, Hydra config, process group, loop, optim
 embedded demo corpus with the tiny GPT (3.3M parameters: seconds per run), `device=cuda network=infiniband` (NCCL),
 as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, overlap included):
 
-- a run of 6 steps with a checkpoint at step 3, the replica guard every 2 steps and a NaN gradient injected at
+- a run of 9 steps with a checkpoint at step 3, the replica guard every 2 steps and a NaN gradient injected at
   step 5 (`nonfinite.policy=skip`: the vote skips it on every rank), under the synchronisation counter
-  (synchook/sitecustomize.py; the syncs section reads its reports);
+  (synchook/sitecustomize.py; the syncs section reads its reports: steps after the warm-up of `TIMING_SKIP` = 2
+  steps, in which each tie rule's kernels are first called, and outside `FAULT_STEPS`, the injected step and its
+  neighbours, are its steady state);
 - its resume from the step-3 checkpoint (`resume_rewind=true`): the same losses, gradient norms and evaluations,
   and bitwise the same final model and optimizer states as the uninterrupted run.
 
 Besides: two uninterrupted cub4 runs compared with each other (if they differ, the device is not deterministic
 for this model and a resume mismatch says nothing about checkpoints); a CPU run's checkpoint resumed on the GPU;
 `nonfinite.policy=stop` (exit 3, the last good state checkpointed); with 2 GPUs, a one-ulp perturbation of one
-rank's parameters, which the replica guard must stop. Runs go 6 at a time (the GPU has room for many tiny runs).
+rank's parameters, which the replica guard must stop. Runs go 8 at a time (the GPU has room for many tiny runs).
 """
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ VARIANTS = {"lion32": ["variant=lion32"], "lion16": ["variant=lion16"],
             "dlion_avg": ["variant=dlion_avg"],
             "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=2"],
             "cub4_overlap": ["variant=cub4", "variant.overlap=true", "variant.reducer.chunk=65536"]}
-STEPS, CHECKPOINT_AT, NAN_AT = 6, 3, 5
+STEPS, CHECKPOINT_AT, NAN_AT = 9, 3, 5
+TIMING_SKIP = 2  # warm-up: steps 1 and 2 call each tie rule's kernels (and build workspaces) for the first time
+FAULT_STEPS = (NAN_AT - 1, NAN_AT, NAN_AT + 1)  # the injected NaN's step and its neighbours
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "TORCHELASTIC_RESTART_COUNT")
 HOOK = Path(__file__).resolve().parent / "synchook"
@@ -47,7 +51,7 @@ WALL_CLOCK = ("train_time", "wall_time", "warmup_time")  # a checkpoint's progre
 def common(data_dir: Path) -> list[str]:
     return [f"data.dir={data_dir}", "data.block_size=32", "data.batch_size=4", "optim.lr=3e-3",
             "optim.warmup_steps=2", f"train.steps={STEPS}", "train.eval_every=3", "train.eval_batches=2",
-            "train.timing_skip=1", "train.progress=false", f"checkpoint.every={CHECKPOINT_AT}", "guard.every=2",
+            f"train.timing_skip={TIMING_SKIP}", "train.progress=false", f"checkpoint.every={CHECKPOINT_AT}", "guard.every=2",
             "logger=local"]
 
 
@@ -232,7 +236,7 @@ def _guarded(job) -> list[tuple[str, bool, str]]:
         return [(f"{name} ran to its end", False, f"{type(exc).__name__}: {exc}"[:600])]
 
 
-def run(result, workdir: Path, parallel: int = 6) -> None:
+def run(result, workdir: Path, parallel: int = 8) -> None:
     from src.data import prepare_demo_text
 
     data_dir = workdir / "demo_text"
