@@ -1,34 +1,63 @@
-"""The device's copy bandwidth and the time floor it sets for a phase that must move a given number of bytes.
+"""The device's copy bandwidth, the bytes an optimizer step must at least move, and the time floor they set.
 
 `copy_bandwidth` times `dst.copy_(src)` of `nbytes` on the GPU with CUDA events (median of `repeats` after a
 warm-up) and counts the bytes read and written (2 nbytes per copy): the rate any memory-bound kernel can at best
-reach. `phase_bytes_per_param` is what each optimizer phase must at least read and write per parameter; `floor_ms`
-turns bytes into milliseconds at a bandwidth. Plain functions: the tests check their arithmetic on the CPU.
+reach. `floor_ms` turns bytes into milliseconds at a bandwidth. Plain functions: the tests check their arithmetic
+on the CPU.
 
-Bytes per parameter (float32 parameters, gradients, momentum; fields of `bits` bits on the wire):
-- update (Lion and every Lion Cub variant): read the parameter, gradient and momentum, write parameter and
-  momentum: 20 B (the update vector c and the direction are chunk-sized scratch that stays in the L2 cache);
-- encode: read c (4 B), write the fields (bits / 8 B); decode: read the summed fields (bits / 8 B), write the
-  direction (4 B).
+Bytes per parameter of one step (float32 parameters p, gradients g and momentum m; fields of `bits` bits on the
+wire, `step_bytes`), what a fused step must read and write at the least:
+- Lion 32-bit (`lion_grad_allreduce`, fp32), and any single-pass Lion: read p, g, m; write p, m: 20 B;
+- Lion 16-bit (bf16 on the wire): cast g to bf16 (read 4, write 2), then the update reads the bf16 sum (2) in place
+  of g: 24 B;
+- Lion Cub, p-bit fields (`pbit`, Section 6): one pass reads m and g and writes m and the packed fields (bits/8);
+  after the collective, one pass reads the summed fields (bits/8) and reads and writes p: 20 + 2 bits/8 B. A scaled
+  quantizer (`l1`, `linf`, `log`: per-layer scales, Section 4.2) needs one more read of m and g first: + 8 B;
+- Lion Cub, 1-bit (`onebit`, Section 3.1): as p-bit with 1-bit words, plus the local majority, which reads the
+  world's copies of this rank's share (1/8 B per parameter) and writes its majority (1/(8 W)): at W = 1, 20.5 B;
+- AdamW (a peer): read p, g, m, v; write p, m, v: 28 B.
+`unfused_bytes` keeps the figure of the step as first built (update, then an encode pass reading a float32 update
+vector c and a decode pass writing a float32 direction: 28 + bits/4 B), which the phases table shows beside it.
 """
 from __future__ import annotations
 
 import statistics
+from typing import Mapping
 
 import torch
 
-UPDATE_BYTES = 20.0
-FIELD_BITS = {"lion32": None, "lion16": None, "cub8": 8, "cub4": 4, "cub1": 1}
+LION_BYTES = 20.0
+ADAMW_BYTES = 28.0
+SCALED_QUANTIZERS = ("l1", "linf", "linf_nozero", "log")
 
 
-def phase_bytes_per_param(variant: str) -> dict[str, float]:
-    """{'update', 'encode', 'decode', 'total'} bytes per parameter that `variant`'s step must at least move."""
-    bits = FIELD_BITS[variant]
-    phases = {"update": UPDATE_BYTES}
-    if bits is not None:
-        phases.update(encode=4 + bits / 8, decode=bits / 8 + 4)
-    phases["total"] = sum(phases.values())
-    return phases
+def _fields(reducer: Mapping) -> float:
+    return float(reducer.get("bits", 1)) / 8
+
+
+def step_bytes(variant: Mapping, world_size: int = 1) -> float:
+    """Bytes per parameter a fused step of `variant` (a conf/variant mapping) must move at `world_size` ranks."""
+    if variant["optimizer"] in ("lion", "lion_grad_allreduce"):
+        return LION_BYTES + (4.0 if variant.get("comm_dtype") == "bf16" else 0.0)
+    if variant["optimizer"] != "lion_cub":
+        raise ValueError(f"no byte count for optimizer {variant['optimizer']!r}")
+    reducer = variant["reducer"]
+    fields = _fields(reducer)
+    scaled = 8.0 if reducer.get("quant") in SCALED_QUANTIZERS else 0.0
+    if reducer["name"] == "pbit":
+        return LION_BYTES + 2 * fields + scaled
+    if reducer["name"] == "onebit":
+        return LION_BYTES + 3 * fields + fields / world_size
+    raise ValueError(f"no byte count for reducer {reducer['name']!r}")
+
+
+def unfused_bytes(variant: Mapping) -> float:
+    """Bytes per parameter of the step as first built: the update (20 B) plus an encode pass (read c, write the
+    fields) and a decode pass (read the fields, write the direction) over float32 scratch."""
+    if variant["optimizer"] != "lion_cub":
+        return step_bytes(variant)
+    fields = _fields(variant["reducer"])
+    return LION_BYTES + (4 + fields) + (fields + 4)
 
 
 def floor_ms(nbytes: float, bytes_per_second: float) -> float:
