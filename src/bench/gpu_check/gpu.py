@@ -49,7 +49,9 @@ def optimizer_for(model: torch.nn.Module, variant: str, **overrides) -> torch.op
 
 
 def release() -> None:
-    """Give the caching allocator's free blocks back, so the next measurement starts from what is alive."""
+    """Give the caching allocator's free blocks back, so the next measurement starts from what is alive (on a
+    machine without CUDA, collect garbage only)."""
     gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()

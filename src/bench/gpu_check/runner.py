@@ -5,7 +5,8 @@
 CUDA error that poisons its context, a crash, a hang. At its budget its whole process group (the training runs it
 started too) gets SIGTERM, then SIGKILL after `GRACE_S`, and it is marked `timeout`, keeping what it recorded
 before; a section that raised is `error` with the exception's one line; one whose checks did not all hold is
-`failed`.
+`failed`. The section process knows its end (`DEADLINE_VAR`, read by `section.time_left`), so a section with
+optional parts can leave them out in time instead of being stopped.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class Section:
 
 
 GRACE_S = 20.0  # after SIGTERM, before SIGKILL: torchrun stops its workers (each in a session of its own) on SIGTERM
+DEADLINE_VAR = "LIONCUB_GPU_CHECK_DEADLINE"  # the section's end (seconds since the epoch), for `section.time_left`
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
@@ -71,8 +73,9 @@ def run_section(section: Section, workdir: Path, budget_s: float | None = None, 
     start = time.monotonic()
     status = None
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                start_new_session=True)
+        deadline = {DEADLINE_VAR: f"{time.time() + budget:.1f}"}
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, **deadline, **(env or {})}, start_new_session=True)
         try:
             proc.wait(timeout=max(budget, 0.0))
         except subprocess.TimeoutExpired:
