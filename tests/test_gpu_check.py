@@ -6,9 +6,16 @@ check itself cannot rot while no GPU runs it.
 - the "no CUDA" exit: the module in a subprocess on this machine exits 3 with one line and writes nothing;
 - the oldest-torch guard (src.compat), with the running version monkeypatched;
 - the wheel lists of `make gpu-wheels` against requirements.txt, and the pip commands they make (no network);
-- the device-agnostic parts on the CPU: the codec comparison (eager here; compiled in the slow test), the reducer
-  comparison on gloo ranks, the synchronisation budget on a recorded report, the bandwidth arithmetic, the no-op
-  collectives, the comparison of two runs, and the section runner (a real section on the CPU; its time budget).
+- the device-agnostic parts on the CPU: the codec comparison (the torch backend here), the reducer comparison on
+  gloo ranks, the synchronisation budget on a recorded report, the bandwidth arithmetic, the no-op collectives,
+  the comparison of two runs, and the section runner (a real section on the CPU; its time budget);
+- the stated bounds (src/bench/gpu_check/tolerance.py) on pairs computed two real ways on the CPU (another
+  summation order, a multiply by the reciprocal in place of a division, a NaN of another payload), and the exact
+  block sums of the reducers' coarse inputs;
+- the step measurements on the CPU (src/bench/gpu_check/steptime.py, launches.py: the profiler counts a gloo
+  group's collectives and no launches), the phases section's measurement of a variant on a tiny GPT on a gloo rank,
+  the peers, the goals and Table A.1 projected (on a hand-made results dict: test input, not a measurement), and
+  --reuse of an earlier report's sections (tests/test_gpu_session.py: the one-call session script).
 """
 from __future__ import annotations
 
@@ -23,11 +30,12 @@ import torch.distributed as tdist
 
 from src.bench.gpu_check import EXIT_NOT_RUN, EXIT_USAGE, codecs, reducers, syncs, wheels
 from src.bench.gpu_check.__main__ import main
-from src.bench.gpu_check.bandwidth import floor_ms, phase_bytes_per_param
+from src.bench.gpu_check.bandwidth import floor_ms, step_bytes, unfused_bytes
+from src.bench.gpu_check.gpu import variant_config
 from src.bench.gpu_check.noop import DoneWork, noop_collectives
 from src.bench.gpu_check.report import render_markdown, write_report
 from src.bench.gpu_check.runner import Section, run_section
-from src.bench.gpu_check.training import same_run
+from src.bench.gpu_check.training import STEPS, same_run
 from src.compat import MIN_TORCH, TorchTooOld, check_torch, version_tuple
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,57 +119,121 @@ def test_wheel_commands_target_the_gpu_python_without_dependencies(tmp_path):
 
 
 def test_codec_comparison_on_the_cpu():
-    """Every case builds and runs on the CPU (eager against eager), and the comparison sees a single flipped bit,
-    a NaN payload and -0.0."""
-    checks = codecs.compare("cpu", codecs.cases(m=37), compiled=False)
+    """Every case builds and runs on the CPU (the torch backend against the reference), each with its bound."""
+    checks = codecs.compare("cpu", codecs.cases(m=37))
     labels = " ".join(name for name, _, _ in checks)
     for kernel in ("encode_votes 1-bit", "encode_votes 16-bit", "encode_signs 2-bit", "decode_sums 8-bit",
                    "encode_levels l1 L=15 8-bit", "encode_levels linf L=7", "majority_1bit W=8", "decode_signs_1bit",
                    "pack 1-bit", "unpack 16-bit", "block scales log", "encode_cast torch.bfloat16", "decode_sign"):
         assert kernel in labels, kernel
     assert len(checks) > 60 and all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
+    assert all(name.endswith("(cpu torch)") for name, _, _ in checks)
+    bounds = {c.label: c.bound.rule for c in codecs.cases(m=37)}
+    assert bounds["encode_votes 4-bit ties +"] == bounds["pack 8-bit"] == bounds["majority_1bit W=3 ties -"] == "bitwise"
+    assert bounds["encode_cast torch.bfloat16"] == "nan" and bounds["block scales l1 L=15"] == "relative"
+    assert bounds["decode_sums 4-bit votes=True majority=False"] == "ulps" and bounds["block scales linf L=7"] == "nan"
     x = codecs.adversarial(1000, seed=3)
     assert x.isnan().any() and x.isinf().any() and (x == 0).sum() >= 1000 // 9
-    y = x.clone()
-    y.view(torch.int32)[500] ^= 1
-    assert codecs.differing(x, x.clone()) == 0 and codecs.differing(x, y) == 1
-    nan = torch.tensor([float("nan")])
-    assert codecs.differing(nan, nan.view(torch.int32).add(1).view(torch.float32)) == 1  # another NaN payload
-    assert codecs.differing(torch.tensor([0.0]), torch.tensor([-0.0])) == 1
 
 
-@pytest.mark.slow
-def test_codec_comparison_compiled_on_the_cpu():
-    """The compiled path (inductor's C++ here, Triton on the GPU) of a few kernels, as the section runs them."""
-    chosen = [c for c in codecs.cases(m=37) if c.label in ("encode_votes 4-bit ties +", "majority_1bit W=3 ties -")]
-    checks = codecs.compare("cpu", chosen)
-    assert [name for name, _, _ in checks] == ["encode_votes 4-bit ties + (cpu eager)",
-                                               "encode_votes 4-bit ties + (cpu compiled)",
-                                               "majority_1bit W=3 ties - (cpu eager)",
-                                               "majority_1bit W=3 ties - (cpu compiled)"]
-    assert all(ok for _, ok, _ in checks), checks
+def test_a_kernel_that_breaks_its_bound_fails_with_the_count():
+    case = next(c for c in codecs.cases(m=37) if c.label == "encode_votes 4-bit ties +")
+    reference = codecs.call(case, torch.device("cpu"))
+    flipped = reference.clone()
+    flipped[3] ^= 1
+    ok, detail = codecs.check_line(case, reference, flipped)
+    assert not ok and detail.startswith("1 of 37 elements beyond the bound (bit for bit: an integer output)")
+
+
+def test_the_bounds_hold_for_another_order_and_another_rounding():
+    """What the GPU may do differently, done on the CPU: each stated bound admits it, the stricter rule does not."""
+    from src.bench.gpu_check.tolerance import BITWISE, beyond
+    from src.quant.blocks import BLOCK, segment_inverse
+
+    x = codecs.adversarial(BLOCK * 4001, seed=5)  # the bf16 cast: NaN as the CPU (0xFFFF) and as CUDA (0x7FFF)
+    cpu = x.to(torch.bfloat16)
+    cuda = cpu.clone()
+    cuda.view(torch.int16)[x.isnan()] = 0x7FFF
+    assert beyond(cpu, cuda, codecs.CAST) == 0 and beyond(cpu, cuda, BITWISE) == int(x.isnan().sum()) > 0
+    sums = torch.arange(-300, 300, dtype=torch.float32)  # an average: x / 9 against x * (1 / 9) (torch's CUDA kernel)
+    divided, multiplied = sums / 9.0, sums * torch.tensor(1 / 9.0, dtype=torch.float32)
+    assert beyond(divided, multiplied, codecs.AVERAGE) == 0 < beyond(divided, multiplied, BITWISE)
+    blocks = torch.randn(4001, BLOCK, generator=torch.Generator().manual_seed(0))  # a scale per block: one block
+    lengths = torch.ones(4001, dtype=torch.int64)                                 # per segment
+    forward, backward = blocks.abs().sum(dim=1), blocks.abs().flip(1).cumsum(dim=1)[:, -1]
+    scales = [segment_inverse(s, lengths, lengths.double() * BLOCK, "l1", 15) for s in (forward, backward)]
+    assert beyond(scales[0], scales[1], codecs.L1_SCALES) == 0 < beyond(scales[0], scales[1], BITWISE)
+    nudged = scales[0].clone()
+    nudged[1] *= 1 + 4 * codecs.L1_SCALE_REL  # a scale four bounds off is caught
+    assert beyond(scales[0], nudged, codecs.L1_SCALES) == 1
+
+
+def test_the_tolerance_rules():
+    from src.bench.gpu_check.tolerance import Bound, beyond
+
+    one = torch.tensor([1.0, 0.0, float("nan"), float("inf")])
+    other = torch.tensor([1.0, -0.0, -float("nan"), float("inf")])
+    assert beyond(one, other, Bound("value", "")) == 0 and beyond(one, other, Bound("nan", "")) == 1  # -0.0
+    ulp = torch.tensor([1.0]).view(torch.int32).add(2).view(torch.float32)
+    assert beyond(torch.tensor([1.0]), ulp, Bound("ulps", "", ulps=2)) == 0
+    assert beyond(torch.tensor([1.0]), ulp, Bound("ulps", "", ulps=1)) == 1
+    assert beyond(torch.tensor([float("inf")]), torch.tensor([3e38]), Bound("relative", "", rel=1.0)) == 1
+    summed = Bound("sum", "", rel=0.01)
+    assert beyond(torch.tensor([0.0]), torch.tensor([0.5]), summed, magnitude=torch.tensor([100.0])) == 0
+    assert beyond(torch.tensor([0.0]), torch.tensor([1.5]), summed, magnitude=torch.tensor([100.0])) == 1
+    assert beyond(torch.zeros(3), torch.zeros(4), Bound("value", "")) == 4
+    with pytest.raises(ValueError, match="magnitudes"):
+        beyond(torch.zeros(3), torch.zeros(3), summed)
+
+
+def test_coarse_inputs_make_every_block_sum_exact_in_any_order():
+    from src.quant.blocks import BLOCK
+
+    numel = 40 * BLOCK + 77
+    x = reducers.reducer_input(numel, rank=1)
+    assert x.isfinite().all() and x.abs().max() <= 2.0 ** reducers.LARGEST and (x != 0).sum() > numel // 4
+    start = 0
+    for size in reducers.segments_of(numel):
+        padded = torch.zeros(-(-size // BLOCK) * BLOCK)
+        padded[:size] = x[start: start + size].abs()
+        blocks, start = padded.view(-1, BLOCK), start + size
+        exact = blocks.double().sum(dim=1)
+        running = torch.zeros(blocks.shape[0])
+        for j in torch.randperm(BLOCK).tolist():  # one element at a time, in a random order
+            running += blocks[:, j]
+        for got in (blocks.sum(dim=1), blocks.flip(1).sum(dim=1), running):
+            assert torch.equal(got.double(), exact)
 
 
 def _reducers_on_gloo():
-    return reducers.compare_reducers("cpu", tdist.new_group(backend="gloo"), compiled=False, numels=(1003,))
+    return reducers.compare_reducers("cpu", tdist.new_group(backend="gloo"), numels=(1003,))
 
 
 def test_reducer_comparison_on_gloo_ranks(dist):
-    """Every make_reducer name of the section's list reduces on 2 gloo ranks through both groups, step 1 and 2."""
+    """Every make_reducer name of the section's list reduces on 2 gloo ranks through both groups, step 1 and 2,
+    within its bound (the fp32 and bf16 sums across ranks within the bound on the ranks' magnitudes)."""
     for checks in dist(2, _reducers_on_gloo):
         assert {name.split(" ")[0] for name, _, _ in checks} == set(reducers.REDUCERS)
         assert len(checks) == 2 * len(reducers.CASES)
         assert all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
+        assert any("of the summed magnitudes" in detail for name, _, detail in checks if name.startswith("fp32"))
+    assert reducers.bound_for("compressed_allreduce").rule == "relative" and reducers.bound_for("pbit").ulps == 2
 
 
 def test_sync_budget_on_a_recorded_report():
     report = json.loads((DATA / "gpu_check_sync_report.json").read_text())
     plain = syncs.plain_syncs(report)
     assert {step: len(s) for step, s in plain.items()} == {1: 2, 2: 1, 3: 1, 4: 2, 5: 1}  # contexts left out
-    assert syncs.within_budget(report) == [
+    every_step = syncs.within_budget(report, warmup=0, faults=())
+    assert every_step == [
+        "step 1: 2 synchronisations: src/comm/pbit.py:90 _plan; src/reliability/nonfinite.py:60 vote",
         "step 4: 2 synchronisations: src/reliability/nonfinite.py:60 vote; src/optim/lion_cub.py:200 step",
         "step 5: its synchronisation is not the non-finite vote's: src/optim/lion_cub.py:200 step"]
-    assert syncs.within_budget(report, budget=2) == [syncs.within_budget(report)[1]]
+    assert syncs.within_budget(report, warmup=1, faults=()) == every_step[1:]
+    assert syncs.within_budget(report, warmup=1, faults=(4,)) == every_step[2:]
+    assert syncs.within_budget(report) == []  # the training section's warm-up (2) and NaN steps (4, 5, 6)
+    assert syncs.within_budget(report, budget=2, warmup=1, faults=()) == [every_step[2]]
+    assert [s for s in range(1, STEPS + 1) if syncs.steady(s)] == [3, 7, 8, 9]
     table = syncs.sites_table(report)
     assert table[0] == ["plain", "src/reliability/nonfinite.py:60 vote", 4, "1,2,3,4",
                         "src/reliability/nonfinite.py:60 vote <- src/engine/loop.py:101 train_step"]
@@ -170,9 +242,16 @@ def test_sync_budget_on_a_recorded_report():
 
 
 def test_bandwidth_arithmetic():
-    assert phase_bytes_per_param("lion32") == {"update": 20.0, "total": 20.0}
-    assert phase_bytes_per_param("cub4") == {"update": 20.0, "encode": 4.5, "decode": 4.5, "total": 29.0}
-    assert phase_bytes_per_param("cub1")["total"] == 20 + 2 * 4.125
+    """Bytes a fused step must move per parameter, from the variants' own configs."""
+    assert step_bytes(variant_config("lion32")) == 20.0 and step_bytes(variant_config("lion16")) == 24.0
+    assert step_bytes(variant_config("cub4")) == 20 + 2 * 4 / 8  # m, g in; m, fields out; fields, p in; p out
+    assert step_bytes(variant_config("cub8")) == 20 + 2 + 8  # L1 scales: one more read of m and g
+    assert step_bytes(variant_config("cub1")) == 20 + 4 / 8  # 1-bit words, the majority's read and write at W = 1
+    assert step_bytes(variant_config("cub1"), world_size=8) == 20 + 3 / 8 + 1 / 64
+    assert unfused_bytes(variant_config("cub4")) == 29.0 and unfused_bytes(variant_config("cub1")) == 28.25
+    assert unfused_bytes(variant_config("lion32")) == 20.0
+    with pytest.raises(ValueError, match="dlion_tree"):
+        step_bytes(variant_config("dlion_mavo"))
     assert floor_ms(3e9, 3e12) == pytest.approx(1.0)
 
 
@@ -187,7 +266,7 @@ def test_noop_collectives_send_nothing_and_are_restored():
 
 
 def _fake_run(run_dir: Path, losses: list[float], weight: torch.Tensor) -> Path:
-    final = run_dir / "checkpoints" / "step_00000006"
+    final = run_dir / "checkpoints" / f"step_{STEPS:08d}"
     final.mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": v}) + "\n"
                                                    for i, v in enumerate(losses)))
@@ -274,3 +353,126 @@ def test_main_runs_the_chosen_sections_and_writes_the_report(monkeypatch, tmp_pa
     assert (tmp_path / "report.md").read_text().startswith("# lioncub GPU check\n\n**PASSED**: 1 of 1 sections")
     assert main(["--out", str(tmp_path), "--only", "device", "--budget-s", "1"]) == 1  # no time left: skipped
     assert json.loads((tmp_path / "report.json").read_text())["sections"][0]["status"] == "skipped"
+
+
+def test_step_times_and_profiled_counts_on_the_cpu(dist):
+    from src.bench.gpu_check.launches import busy_ms, count_events
+    from src.bench.gpu_check.steptime import time_steps
+
+    times = time_steps(lambda: torch.ones(10).sum(), warmup=2, steps=3, device=torch.device("cpu"),
+                       drain=lambda: {"update": 0.001})
+    assert len(times.gpu_ms) == len(times.host_ms) == 3 and times.gpu_ms == times.host_ms
+    assert times.median("update") == pytest.approx(1.0) and times.median("quantize") is None
+    assert busy_ms([(0, 10), (5, 20), (30, 40), (32, 35)]) == pytest.approx(0.03)  # overlaps counted once
+    rows = [("cudaLaunchKernel", False, 0, 1), ("cuLaunchKernelEx", False, 1, 2), ("cudaMemcpyAsync", False, 2, 3),
+            ("nccl:all_reduce", False, 3, 4), ("c10d::allreduce_", False, 3, 4), ("void kernel<>", True, 10, 30),
+            ("ncclDevKernel_AllReduce", True, 20, 50)]
+    assert count_events(rows, steps=2) == {"launches": 1.0, "copies": 0.5, "collectives": 0.5, "busy_ms": 0.02}
+    assert dist(1, _profiled_gloo_collectives) == [{"launches": 0.0, "copies": 0.0, "collectives": 2.0,
+                                                     "busy_ms": 0.0}]
+
+
+def _profiled_gloo_collectives():
+    from src.bench.gpu_check.launches import profile_steps
+
+    t = torch.ones(8)
+    return profile_steps(lambda: (tdist.all_reduce(t), tdist.all_reduce(t)), 3, torch.device("cpu"))
+
+
+def _phases_on_a_tiny_gpt():
+    """The phases section's records of cub4 and two peers, measured on the CPU on the tiny GPT (a gloo rank)."""
+    from src.bench.gpu_check import phases
+    from src.bench.gpu_check.peers import peers
+    from src.models.gpt import build_gpt
+    from src.optim.factory import parameter_groups
+
+    model = build_gpt("tiny")
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    n = sum(p.numel() for p in model.parameters())
+    record = phases.variant_record(model, "cub4", 1e10, n, torch.device("cpu"))
+    built = {p.name: p for p in peers(parameter_groups(model, 1.0), "no Triton in this test")}
+    return record, {name: phases.peer_record(built[name], 1e10, n, torch.device("cpu"))
+                    for name in ("foreach Lion (src.optim.lion.Lion)", "AdamW fused")}, sorted(built)
+
+
+def test_the_phases_measurements_of_a_variant_and_its_peers_on_the_cpu(dist):
+    """The section's measurement code on a tiny GPT on one gloo rank: structure and counts, never a time."""
+    (record, peer_records, names), = dist(1, _phases_on_a_tiny_gpt)
+    assert record["kind"] == "variant" and record["bytes"] == 21.0 and record["paper_update_ms"] == 28.5
+    assert record["kernels"] in (None, "native", "torch") and record["unfused_bytes"] == 29.0
+    assert record["noop"]["collectives"] == 0 < record["nccl"]["collectives"]  # the no-op sends nothing
+    assert record["noop"]["launches"] == record["nccl"]["launches"] == 0  # a CPU launches no kernel
+    assert record["noop"]["steps"] == 10 and record["nccl"]["steps"] == 5 and "update" in record["noop"]["phases"]
+    assert all(r["kind"] == "peer" and r["noop"]["gpu_ms"] > 0 for r in peer_records.values())
+    assert peer_records["AdamW fused"]["bytes"] == 28.0
+    assert {"lion-pytorch Lion", "lion-pytorch Triton Lion"} <= set(names)
+    from src.bench.gpu_check import phases
+
+    table = phases.variant_rows({"cub4": record})
+    assert table[0][0] == "cub4" and table[0][11] == f"{record['floor_ms']:.2f} (21)"
+    assert phases.peer_rows({"cub4": record, **peer_records})[0][-1] == "n/a"  # no lion32 timed here
+
+
+def _steps_input() -> dict:
+    """A hand-made phases record (test input, not a measurement): lion32, cub4 and the two peers."""
+    def step(kind, noop_ms, floor, nbytes, nccl_ms=None):
+        record = {"kind": kind, "bytes": nbytes, "floor_ms": floor,
+                  "noop": {"gpu_ms": noop_ms, "host_ms": 1.0, "busy_ms": noop_ms - 0.1}}
+        return record | ({"nccl": {"gpu_ms": nccl_ms}} if nccl_ms else {})
+    return {"lion32": step("variant", 4.0, 3.7, 20.0, 4.2), "cub4": step("variant", 5.0, 3.9, 21.0, 6.5),
+            "lion-pytorch Triton Lion": step("peer", 11.0, 3.7, 20.0), "AdamW fused": step("peer", 3.0, 5.2, 28.0)}
+
+
+def test_goals_and_table_a1_projected_from_a_run():
+    from src.bench.gpu_check.goals import evaluate
+    from src.bench.table_a1 import rows
+
+    results = {"sections": [{"name": "phases", "steps": _steps_input()},
+                            {"name": "fwdbwd", "fwdbwd": {"eager": {"forward_ms": 60.0, "backward_ms": 120.0}}}]}
+    out = evaluate(results)
+    goals = {r[0]: r for r in out["goals"]["rows"]}
+    assert goals["cub4: step (no-op collectives) within 1.5x of its floor"][3:] == [1.28, "<= 1.5", "yes"]
+    assert goals["cub4: step with a one-rank NCCL group within 1.2x of no-op"][3:] == [1.3, "<= 1.2", "no"]
+    assert goals["lion32: faster than lion-pytorch Triton Lion"][-1] == "yes"
+    assert goals["lion32: faster than AdamW fused"][-1] == "no"
+    assert goals["cub1: step (no-op collectives) within 1.5x of its floor"][-1] == "n/a (not measured)"
+    assert goals["774M forward + backward, batch 12 (eager) at or under Table A.1"][3:] == [1.18, "<= 1", "no"]
+    projected = {(r[0], r[1], r[2], r[3]): r for r in out["projected"]["rows"]}
+    cub4 = projected[("Ethernet", "2 x 4", "774M", "Lion Cub (4bit)")]
+    lion = projected[("Ethernet", "2 x 4", "774M", "Lion (32bit)")]
+    paper = rows(network="Ethernet", nodes=2, params="774M", optimizer="Lion Cub (4bit)")[0]
+    assert cub4[7] == paper["total_ms"] == 297.9 and cub4[8] == pytest.approx(930.6 / 297.9)
+    assert cub4[11] == pytest.approx(60 + 120 + 5.0 + 117.0) and lion[11] == pytest.approx(180 + 4.0 + 756.3)
+    assert cub4[12] == pytest.approx(lion[11] / cub4[11]) and lion[12] == 1.0
+    ib = projected[("InfiniBand", "2 x 4", "1558M", "Lion Cub (4bit)")]
+    assert ib[9] == pytest.approx(36.3 + 189.3) and ib[10] == pytest.approx(5.0 * 1561.68 / 779.42, rel=1e-4)
+    assert projected[("Ethernet", "2 x 4", "774M", "Lion Cub (1bit)")][11] is None  # cub1 not measured
+    assert any(r[0].startswith("projected speedup, InfiniBand") for r in out["goals"]["rows"])
+    assert any("that step x the parameter counts" in line for line in out["projected"]["sources"])
+
+
+def test_a_later_run_reuses_an_earlier_reports_sections(monkeypatch, tmp_path, capsys):
+    """--reuse (what the session script does after gpu-bench): the phases record of an earlier report of the same
+    device is taken, with a note; the goals read it; a report of another device gives nothing."""
+    from src.bench.gpu_check.__main__ import reusable
+    from src.bench.gpu_check.device_info import describe
+
+    earlier = tmp_path / "bench" / "report.json"
+    earlier.parent.mkdir()
+    phases_record = {"name": "phases", "status": "passed", "checks": [], "figures": [], "tables": [], "notes": [],
+                     "steps": _steps_input()}
+    earlier.write_text(json.dumps({"device": describe(), "command": "python -m src.bench.gpu_check --suite bench",
+                                   "started": "earlier", "sections": [phases_record]}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["--out", str(tmp_path / "out"), "--only", "device", "phases", "--reuse", str(earlier),
+                 "--budget-scale", "4"]) == 0
+    assert "gpu-check: phases: passed (reused)" in capsys.readouterr().out
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [s["name"] for s in written["sections"]] == ["device", "phases"] and written["sections"][1]["reused"]
+    assert written["sections"][1]["notes"][-1].startswith(f"taken from {earlier}")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "| lion32: faster than AdamW fused | 4.00 ms | 3.00 ms (AdamW fused, same model and gradients) |" in md
+    assert "## Table A.1 projected" in md
+    other = {**describe(), "gpus": [{"name": "another GPU"}]}
+    assert reusable(earlier, other) == {} and reusable(tmp_path / "missing.json", describe()) == {}

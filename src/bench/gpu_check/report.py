@@ -1,9 +1,10 @@
 """report.md and report.json of the GPU check, from the sections' records (src/bench/gpu_check/results.py).
 
 report.json is the whole record: the device description, every section's status, error, checks, figures, tables
-and notes. report.md is what a reviewer reads: the device first, a summary table of the sections, then per
-section its failed checks first, its figures (value, unit, the reference beside it and their ratio, the
-measurement), its tables and notes. Every figure line names the device it ran on.
+and notes, the goals and Table A.1 projected. report.md is what a reviewer reads: the device first, a summary table
+of the sections, the goals (each figure with its reference, their ratio and a mark) and Table A.1 projected with the
+sources of its numbers, then per section its failed checks first, its figures (value, unit, the reference beside it
+and their ratio, the measurement), its tables and notes. Every figure line names the device it ran on.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def _value(value, unit: str) -> str:
 
 
 def _cell(value) -> str:
+    if value is None:
+        return "n/a"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
@@ -50,11 +53,29 @@ def _table(table: dict) -> list[str]:
     return lines + [""]
 
 
+def _summaries(results: dict, device: str) -> list[str]:
+    """The goals and Table A.1 projected, where the results hold them (figures with marks, not checks)."""
+    lines = []
+    if results.get("goals"):
+        goals = results["goals"]
+        met = [r[-1] for r in goals["rows"]]
+        lines += ["", f"## Goals: {met.count('yes')} met, {met.count('no')} not met, "
+                      f"{len(met) - met.count('yes') - met.count('no')} not measured", "",
+                  f"Reported figures, not checks of this run's status; on {device}.", ""]
+        lines += _table({"title": "Goals", **goals})
+    if results.get("projected"):
+        projected = results["projected"]
+        lines += ["", "## Table A.1 projected", ""]
+        lines += _table({"title": "Table A.1 with our forward, backward and update (ms)", **projected})
+        lines += [f"- {source}" for source in projected["sources"]]
+    return lines
+
+
 def render_markdown(results: dict) -> str:
     device = short(results["device"])
     sections = results["sections"]
     passed = all(s["status"] == "passed" for s in sections)
-    lines = ["# lioncub GPU check", "",
+    lines = [f"# {results.get('title', 'lioncub GPU check')}", "",
              f"**{'PASSED' if passed else 'FAILED'}**: {sum(s['status'] == 'passed' for s in sections)} of "
              f"{len(sections)} sections passed.", "",
              f"- device: {device}",
@@ -68,6 +89,7 @@ def render_markdown(results: dict) -> str:
         held = f"{sum(c['ok'] for c in s['checks'])}/{len(s['checks'])}"
         lines.append(f"| {s['name']} | {s['status']} | {held} | {s.get('seconds', 0)} ({s.get('budget_s', 0):.0f})"
                      f" | {_cell(s.get('error') or '')} |")
+    lines += _summaries(results, device)
     for s in sections:
         lines += ["", f"## {s.get('title', s['name'])}: {s['status']}", ""]
         if s.get("error"):
