@@ -76,17 +76,28 @@ table-a1-baselines: install  ## as table-a1 for Lion 32-bit, Lion Cub 4-bit and 
 baselines: install  ## loss vs step/time and bytes per step: Lion 32-bit, Lion Cub 4-bit, 1-bit Adam, BitDP 2-bit, DDP AdamW (emulated 1 Gbit/s, root)
 	$(PYTHON) -m experiments.baselines --out results/baselines
 
-# The GPU check (docs/gpu.md). `gpu-check` needs no network: it does not run `install` (on the GPU machine the
-# non-torch dependencies come from the wheels of `gpu-wheels`, made beforehand on a machine with network access).
+# The GPU check (docs/gpu.md). `gpu-check` and `gpu-bench` need no network: they do not run `install` (on the GPU
+# machine the non-torch dependencies come from the wheels of `gpu-wheels`, made beforehand on a machine with network
+# access). GPU_CHECK_ARGS / GPU_BENCH_ARGS pass options (e.g. --budget-s, --reuse DIR/report.json, --only SECTION).
 GPU_CHECK_OUT ?= results/gpu_check
+GPU_BENCH_OUT ?= results/gpu_bench
+GPU_CHECK_ARGS ?=
+GPU_BENCH_ARGS ?=
+GPU_SESSION_OUT ?= $(if $(OUT),$(OUT),results/gpu_session)
 # gpu-wheels' defaults (folder .whl, Python 3.12, manylinux x86_64 tags) live in src/bench/gpu_check/wheels.py; set
 # GPU_WHEELS=DIR, PY_VERSION=3.11 or PLATFORM="tag ..." to override them.
 GPU_WHEELS ?=
 PY_VERSION ?=
 PLATFORM ?=
-.PHONY: gpu-check gpu-wheels
-gpu-check:  ## on a CUDA machine: codecs, reducers on NCCL, training, syncs, memory, Table A.1 timings -> GPU_CHECK_OUT/report.md (exit 3: no CUDA)
-	$(PYTHON) -m src.bench.gpu_check --out $(GPU_CHECK_OUT)
+.PHONY: gpu-check gpu-bench gpu-session gpu-wheels
+gpu-check:  ## on a CUDA machine: steps, codecs, reducers on NCCL, training, syncs, fwd/bwd, memory, goals, Table A.1 projected -> GPU_CHECK_OUT/report.md (10 min on an H100; exit 3: no CUDA)
+	$(PYTHON) -m src.bench.gpu_check --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+gpu-bench:  ## on a CUDA machine, at most 3 min: optimizer steps per variant (no-op and one-rank NCCL), peers, launches, host time, goals -> GPU_BENCH_OUT/report.md
+	$(PYTHON) -m src.bench.gpu_check --suite bench --out $(GPU_BENCH_OUT) $(GPU_BENCH_ARGS)
+
+gpu-session:  ## one call on a lent GPU machine (10 min): install .whl/, gpu-bench, gpu-check; reports and logs into GPU_SESSION_OUT (default: the environment's OUT)
+	$(PYTHON) -m src.bench.gpu_check.session --out $(GPU_SESSION_OUT)
 
 gpu-wheels:  ## wheels of the non-torch dependencies the GPU image lacks (for Python 3.12, manylinux x86_64) into .whl/
 	$(PYTHON) -m src.bench.gpu_check.wheels $(if $(GPU_WHEELS),--out $(GPU_WHEELS),) \
