@@ -31,8 +31,8 @@ SECTIONS = (Section("device", "device_info", "Device", 15),
             Section("syncs", "syncs", "Host synchronisations per step, counted by CUDA", 10),
             Section("fwdbwd", "fwdbwd", "Forward and backward of the 774M GPT, eager and compiled, against Table A.1",
                     100),
-            Section("memory", "memory", "Memory per parameter (Fig. A.1)", 45),
-            Section("throughput", "throughput", "Encode/decode throughput against the copy bandwidth", 20))
+            Section("memory", "memory", "Memory per parameter (Fig. A.1)", 40),
+            Section("throughput", "throughput", "Encode/decode throughput against the copy bandwidth", 25))
 NAMES = tuple(s.name for s in SECTIONS)
 BENCH = ("device", "phases")
 SUITES = {"check": (NAMES, 570.0, "lioncub GPU check"), "bench": (BENCH, 170.0, "lioncub GPU bench")}
