@@ -41,7 +41,8 @@ def _wheel(folder: Path, name: str = "lioncub_probe") -> Path:
     path = folder / f"{name}-1.0-py3-none-any.whl"
     files = {f"{name}.py": "VALUE = 42\n",
              f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
-             f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+             f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                             "Tag: py3-none-any\n"}
     record = "".join(f"{f},,\n" for f in files) + f"{name}-1.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(path, "w") as z:
         for f, text in {**files, f"{name}-1.0.dist-info/RECORD": record}.items():

@@ -48,7 +48,8 @@ def step_goals(steps: dict) -> list[list]:
         r = steps.get(v, {})
         noop, nccl = r.get("noop", {}), r.get("nccl", {})
         out.append(_row(f"{v}: step (no-op collectives) within {FLOOR_RATIO}x of its floor", noop.get("gpu_ms"),
-                        r.get("floor_ms"), f"{r.get('bytes', '?')} B/param at the measured copy bandwidth",
+                        r.get("floor_ms"), f"{r['bytes']:g} B/param at the measured copy bandwidth" if r else
+                        "its copy-bandwidth floor",
                         f"<= {FLOOR_RATIO}", lambda x: x <= FLOOR_RATIO))
         out.append(_row(f"{v}: step with a one-rank NCCL group within {NCCL_RATIO}x of no-op", nccl.get("gpu_ms"),
                         noop.get("gpu_ms"), "its no-op step", f"<= {NCCL_RATIO}", lambda x: x <= NCCL_RATIO))

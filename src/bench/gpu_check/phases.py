@@ -97,7 +97,8 @@ def _figures(result, name: str, record: dict, n: int) -> None:
         result.figure(f"{name}: optimizer step, one-rank NCCL group", round(record["nccl"]["gpu_ms"], 2), "ms",
                       f"as above with the real NCCL group, median of {NCCL_STEPS} after {NCCL_WARMUP}; "
                       f"{record['nccl']['collectives']:g} collectives per step",
-                      {"value": round(noop["gpu_ms"], 2), "unit": "ms", "source": "the same step with no-op collectives"})
+                      {"value": round(noop["gpu_ms"], 2), "unit": "ms",
+                       "source": "the same step with no-op collectives"})
 
 
 def _r(value, digits: int = 2):

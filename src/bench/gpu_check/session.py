@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[3]
 LIMIT_S, RESERVE_S, BENCH_S, CHECK_MIN_S, MAKE_GRACE_S = 600.0, 25.0, 170.0, 60.0, 30.0
 MAX_FILES, MAX_BYTES = 8, 16 * 2**20
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
+OUTCOMES = ("passed", "FAILED", "not run: usage or install", "not run: no CUDA")
 LOG_SUFFIXES = (".log", ".json", ".txt")
 
 
@@ -143,7 +144,8 @@ def report_line(report: Path) -> str:
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(prog="python3 -m src.bench.gpu_check.session", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m src.bench.gpu_check.session",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="where the reports and the logs' archive go (the device's $OUT)")
     parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="the carried wheels (default .whl)")
     parser.add_argument("--site", type=Path, default=Path("/tmp/site"), help="where they are installed")
@@ -163,7 +165,7 @@ def _plan(args, bench_s: float, check_s: float) -> list[str]:
 
 def _finish(args, lines: list[str], status: int) -> int:
     lines += collect(args.work, Path(args.out))
-    lines.append(f"session: exit {status} ({['passed', 'FAILED', 'not run: usage or install', 'not run: no CUDA'][status]})")
+    lines.append(f"session: exit {status} ({OUTCOMES[status]})")
     (Path(args.out) / "session.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     return status
@@ -184,11 +186,13 @@ def main(argv: list[str] | None = None) -> int:
         lines = [f"install: {line}"]
         if not ok:
             return _finish(args, lines, EXIT_USAGE)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.site), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(args.site), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         bench_rc, seconds = make("gpu-bench", {"GPU_BENCH_OUT": str(args.work / "bench"),
                                                "GPU_BENCH_ARGS": f"--budget-s {bench_s:.0f}"},
                                  env, bench_s + MAKE_GRACE_S, log)
-        lines.append(f"gpu-bench: exit {bench_rc} in {seconds:.0f} s: {report_line(args.work / 'bench' / 'report.json')}")
+        lines.append(f"gpu-bench: exit {bench_rc} in {seconds:.0f} s: "
+                     f"{report_line(args.work / 'bench' / 'report.json')}")
         check_rc = None
         check_s = args.limit_s - (time.monotonic() - started) - RESERVE_S - MAKE_GRACE_S
         if bench_rc == EXIT_NOT_RUN:

@@ -10,11 +10,11 @@ A `Bound` is stated once per output (the codecs and reducers sections give each 
   AVX2, CUDA's 0x7FFF (the 2 of 301 elements of the bf16 cast that differed on an H200 were its 2 NaNs).
 - `value`: equal as numbers (NaN equals NaN, +0.0 equals -0.0): for directions, which only ever enter the update
   as p - lr * direction, where a zero's sign changes nothing.
-- `ulps` (float32 outputs): at most `ulps` representable floats apart (NaN equals NaN, infinities equal only themselves): for an
-  output computed with a division. torch's CUDA kernel divides by a host scalar as a multiply by its reciprocal
-  ("may lose one bit of precision", aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu), and Triton's float32 `/`
-  is PTX div.full.f32, at most 2 ulps from the quotient (triton-lang/triton#10661); the reference rounds
-  correctly, so two results are at most 2 floats apart.
+- `ulps` (float32 outputs): at most `ulps` representable floats apart (NaN equals NaN, infinities equal only
+  themselves): for an output computed with a division. torch's CUDA kernel divides by a host scalar as a multiply
+  by its reciprocal ("may lose one bit of precision", aten/src/ATen/native/cuda/BinaryDivTrueKernel.cu), and
+  Triton's float32 `/` is PTX div.full.f32, at most 2 ulps from the quotient (triton-lang/triton#10661); the
+  reference rounds correctly, so two results are at most 2 floats apart.
 - `relative`: |got - want| <= rel * max(|got|, |want|), or within the float32 subnormal spacing (below the smallest
   normal float the spacing is absolute); NaN equals NaN, infinities equal only themselves. For a float computed
   from a sum whose order differs between the devices (a block's L1 sum, a norm): `rel` is derived per output

@@ -51,7 +51,8 @@ WALL_CLOCK = ("train_time", "wall_time", "warmup_time")  # a checkpoint's progre
 def common(data_dir: Path) -> list[str]:
     return [f"data.dir={data_dir}", "data.block_size=32", "data.batch_size=4", "optim.lr=3e-3",
             "optim.warmup_steps=2", f"train.steps={STEPS}", "train.eval_every=3", "train.eval_batches=2",
-            f"train.timing_skip={TIMING_SKIP}", "train.progress=false", f"checkpoint.every={CHECKPOINT_AT}", "guard.every=2",
+            f"train.timing_skip={TIMING_SKIP}", "train.progress=false", f"checkpoint.every={CHECKPOINT_AT}",
+            "guard.every=2",
             "logger=local"]
 
 
