@@ -16,8 +16,9 @@ Then the peers (src/bench/gpu_check/peers.py: a `torch._foreach` Lion, lion-pyto
 importable, fused AdamW), timed the same way on the same model and gradients in this process. Beside each: the floor
 that the bytes its fused step must move set at the copy bandwidth measured here (src/bench/gpu_check/bandwidth.py),
 the first design's unfused byte count, and Table A.1's update column. Everything is also kept in the section's data
-(`steps`) for the goals (src/bench/gpu_check/goals.py). When the section's time runs short (`time_left`), the
-variants or peers it cannot finish are left out with a note.
+(`steps`) for the goals (src/bench/gpu_check/goals.py). The one check: no collective ran under the no-op
+collectives (else a step reaches the process group by another road, and its figures include the wire). When the
+section's time runs short (`time_left`), the variants or peers it cannot finish are left out with a note.
 """
 from __future__ import annotations
 
@@ -171,6 +172,9 @@ def run(result, workdir: Path) -> None:
         record = job()
         last = time.monotonic() - started
         result.data["steps"][name] = record
+        result.check(f"{name}: its step sent nothing with no-op collectives (the figures exclude the wire)",
+                     record["noop"]["collectives"] == 0, f"{record['noop']['collectives']:g} collectives per step "
+                     "in torch.profiler")
         _figures(result, name, record, n)
     _tables(result)
     result.note("GPU time: CUDA events around step(); host: the wall-clock time of the step() call; GPU busy: the "
