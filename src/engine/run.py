@@ -36,7 +36,6 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.comm.codecs.reference import allow_recompiles
 from src.distributed.process_group import (
     DistContext,
     barrier,
@@ -321,7 +320,6 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         return done
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
-    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codecs/reference.py)
     try:
         torch.manual_seed(job.seed)
         model = task.build_model(ctx.device).to(ctx.device)
