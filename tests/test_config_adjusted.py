@@ -14,7 +14,7 @@ from harness_util import REPO, TORCHRUN_VARS
 
 def test_a_widened_field_width_is_printed_and_recorded_in_the_summary(demo_tokens, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["variant=cub4", "variant.reducer.bits=1", "variant.reducer.compile=false", f"data.dir={demo_tokens}",
+    args = ["variant=cub4", "variant.reducer.bits=1", "variant.kernels=torch", f"data.dir={demo_tokens}",
             "model=gpt_tiny", "data.block_size=16", "data.batch_size=2", "train.steps=2", "train.eval_batches=1",
             "train.progress=false", f"run.dir={run_dir}"]
     env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
@@ -33,7 +33,7 @@ def test_a_widened_field_width_is_printed_and_recorded_in_the_summary(demo_token
 
 def test_nothing_is_recorded_where_the_configuration_is_used_as_asked(demo_tokens, tmp_path):
     run_dir = tmp_path / "run"
-    args = ["variant=cub4", "variant.reducer.compile=false", f"data.dir={demo_tokens}", "model=gpt_tiny",
+    args = ["variant=cub4", "variant.kernels=torch", f"data.dir={demo_tokens}", "model=gpt_tiny",
             "data.block_size=16", "data.batch_size=2", "train.steps=1", "train.eval_batches=1", "train.progress=false",
             f"run.dir={run_dir}"]
     env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}

@@ -141,6 +141,11 @@ class LionCub(LoopOptimizer, Optimizer):
         return self.kernel_choice.backend
 
     @property
+    def plan(self):
+        """The chunks (buckets, on the fused step) of this optimizer's layout (src/comm/transport/pipeline.py)."""
+        return self._path.plan
+
+    @property
     def fused(self) -> bool:
         """Whether the step runs fused over flat buffers (src/optim/fused/lion_cub.py)."""
         return self._path.fused
