@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 from harness_util import REPO, TORCHRUN_VARS
 
@@ -42,3 +43,13 @@ def test_nothing_is_recorded_where_the_configuration_is_used_as_asked(demo_token
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "-> " not in "".join(x for x in proc.stdout.splitlines() if x.startswith("lioncub: variant."))
     assert json.loads((run_dir / "summary.json").read_text())["config_adjusted"] == {}
+
+
+def test_two_claims_on_one_key_are_refused_and_booleans_print_as_the_yaml_writes_them():
+    from src.utils.adjustment import Adjustment, recorded
+
+    a, b = Adjustment("train.compile", "auto", True, "x"), Adjustment("train.compile", True, False, "y")
+    assert recorded([a]) == {"train.compile": {"requested": "auto", "used": True, "why": "x"}}
+    with pytest.raises(ValueError, match="train.compile adjusted twice"):
+        recorded([a, b])
+    assert b.line() == "lioncub: train.compile=true -> false (y)"
