@@ -13,10 +13,12 @@ world size none of its figures used (`paper_world_size`).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
 `summary.json` and the timing table. Every value the optimizer uses in place of the configured one (a field width
-widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) is
-printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why);
-`config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times
-under `reducer_auto` (src.comm.auto).
+widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) and
+`train.compile: auto`'s resolution (src.engine.compile) are printed once by rank 0 at start and kept in
+summary.json under `config_adjusted` (requested, used, why), as is a compile that failed; `config.yaml` stays what
+was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times under `reducer_auto`
+(src.comm.auto). The module the loop calls is compiled last, after the optimizer is built and a checkpoint
+restored; everything else keeps the plain model.
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -46,6 +48,7 @@ from src.dist.process_group import (
     init_process_group,
     shutdown,
 )
+from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.ddp import wrap_model
 from src.errors import SetupError
@@ -81,6 +84,7 @@ from src.reliability.rng import seed_host_rngs
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
+from src.utils.adjustment import recorded
 
 
 @dataclass
@@ -142,6 +146,7 @@ def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool =
         task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
     check_variant(job, ctx, meta_model)
+    check_compile(job.train.compile, job.variant.overlap)
     check_stats_config(job.stats, meta_model)
     steps = resolve_steps(job.train, task) if check_data or job.train.epochs is None else None
     o = job.optim
@@ -298,6 +303,14 @@ def _already_finished(plan: Plan) -> dict | None:
     return None
 
 
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
+def _quiet(line: str) -> None:
+    pass
+
+
 def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exception) -> None:
     """Rank 0 reports `exc` (a stop every rank takes together); then every rank waits for that report, because a
     launcher stops the other ranks as soon as one of them exits."""
@@ -333,11 +346,14 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
         optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
                                     weight_decay=o.weight_decay, network=network)
+        compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
         if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
-            for adjustment in optimizer.adjustments():
+            for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
                 print(adjustment.line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+        # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
+        trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
@@ -361,8 +377,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                    "skipped_steps": hooks.progress.skipped_steps,
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-                   "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
-        summary["config_adjusted"] = {a.key: a.record() for a in optimizer.adjustments()}
+                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained)}
+        adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
+        summary["config_adjusted"] = recorded(adjusted)
         if optimizer.reducer_choice is not None:
             summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:
