@@ -5,12 +5,19 @@ src/utils/gpu_peak.py).
   by hand from its shape: without the position embedding, the tied head once; an untied model without `wte`.
 - MFU from a known GPU name and a rate; an unknown GPU, a CPU, a vision model and a run without timed steps get
   none, with the one line that says why.
+- End to end: `tokens_per_s` in summary.json equals batch x block x world size x timed steps / train_time, and the
+  end-of-run line shows it (a real 2-step run on CPU).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
+from harness_util import REPO, TORCHRUN_VARS
 
 from src.engine.throughput import mfu, throughput, throughput_line, units_per_second
 from src.models.flops import counted_parameters, gpt_flops_per_token, model_flops_per_token
@@ -73,3 +80,21 @@ def test_the_rate_counts_the_steps_after_the_warm_up_over_all_ranks():
     line = throughput_line({**gpt, "world_size": 2, "steps": 3}, "tokens", 1)
     assert line.startswith("throughput 4,000 tokens/s over 2 timed steps, 2 rank(s) together; MFU 0.6% (")
 
+
+def test_a_run_records_tokens_per_s_consistent_with_its_steps(demo_tokens, tmp_path):
+    run_dir = tmp_path / "run"
+    args = [f"data.dir={demo_tokens}", "model=gpt_tiny", "data.block_size=16", "data.batch_size=3", "train.steps=4",
+            "train.timing_skip=1", "train.eval_batches=1", "train.eval_at_start=false", "train.progress=false",
+            "train.compile=false", f"run.dir={run_dir}"]
+    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["world_size"] == 1 and summary["train_time"] > 0
+    assert summary["tokens_per_s"] == pytest.approx(3 * 16 * 1 * (4 - 1) / summary["train_time"])
+    n = 50257 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 192 + 2 * 64) + 64  # gpt_tiny: 2 x 64, SwiGLU 192, no wpe
+    assert summary["flops_per_token"] == 6 * n + 12 * 2 * 64 * 16  # T: the trained 16 tokens, not the model's 256
+    assert summary["mfu"] is None and summary["mfu_note"].startswith("no MFU on CPU")
+    assert f"throughput {summary['tokens_per_s']:,.0f} tokens/s over 3 timed steps, 1 rank(s) together; no MFU " \
+           "on CPU" in proc.stdout

@@ -18,7 +18,8 @@ widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments
 summary.json under `config_adjusted` (requested, used, why), as is a compile that failed; `config.yaml` stays what
 was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times under `reducer_auto`
 (src.comm.auto). The module the loop calls is compiled last, after the optimizer is built and a checkpoint
-restored; everything else keeps the plain model.
+restored; everything else keeps the plain model. summary.json and the end-of-run lines give the throughput
+(tokens/s or images/s) and, for a GPT on a GPU, the model FLOPs utilisation (src.engine.throughput).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -56,6 +57,7 @@ from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
 from src.engine.tasks import Task, make_task
+from src.engine.throughput import run_throughput, throughput_line
 from src.runlog import history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
@@ -282,13 +284,14 @@ def _timing(run_dir: Path) -> dict:
     return timing_summary(load_run(run_dir))
 
 
-def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict) -> None:
+def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict, rate_line: str) -> None:
     _write_json(run_dir / "summary.json", summary)
     row = summary.get("timing")
     if row:
         write_table([row], run_dir)
         print(f"\ntiming per step (mean of {row['steps_timed']} steps, ms):\n{to_markdown([row])}", flush=True)
     print(f"final loss {result.last_loss:.4f}  " + "  ".join(f"{k}={v:.4f}" for k, v in result.last_eval.items()))
+    print(rate_line)
     print(f"run folder: {run_dir}", flush=True)
 
 
@@ -378,6 +381,8 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
                    "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained)}
+        summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
+                                      ctx.world_size, ctx.device))
         adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
         summary["config_adjusted"] = recorded(adjusted)
         if optimizer.reducer_choice is not None:
@@ -390,7 +395,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             _report_then_wait(ctx, report_interrupt, hooks.interrupted)
             raise hooks.interrupted
         if ctx.is_main:
-            _finish_outputs(run_dir, result, summary)
+            _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
         return summary
     finally:
         shutdown()
