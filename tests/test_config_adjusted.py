@@ -58,9 +58,10 @@ def test_train_compile_auto_on_a_cpu_is_printed_and_recorded_as_false(demo_token
     lines = [x for x in proc.stdout.splitlines() if x.startswith("lioncub: train.compile=")]
     assert lines == ["lioncub: train.compile=auto -> false (off on CPU: compiling takes longer than a run here gains)"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["config_adjusted"] == {"train.compile": {"requested": "auto", "used": False,
-                                                            "why": "off on CPU: compiling takes longer than a run "
-                                                                   "here gains"}}
+    assert summary["config_adjusted"]["train.compile"] == {"requested": "auto", "used": False,
+                                                           "why": "off on CPU: compiling takes longer than a run "
+                                                                  "here gains"}
+    assert summary["config_adjusted"]["variant.kernels"]["requested"] == "auto"  # the optimizer's choice beside it
     assert summary["model_compiled"] is False
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["compile"] == "auto"
 
