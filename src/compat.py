@@ -5,12 +5,17 @@ of their image: the GPU machine this project checks on (`make gpu-check`, docs/g
 keeps to what torch 2.11 offers (where a name changed later, it is looked up at call time, as
 src/comm/transport/collectives.py does for `all_gather_single`). `MIN_TORCH` is that version; `check_torch()` raises
 `TorchTooOld`, whose message is one line naming both versions, where the running torch is older.
+
+`MIN_TRITON` is the oldest Triton the GPU kernels (src/comm/codecs/triton_kernels.py, src/optim/fused/) are written
+for: the one that GPU image ships beside torch 2.11. An older Triton, or none, is not an error: the kernels' backend
+choice (src/comm/codecs/backend.py) says so in one line at start and runs the torch path.
 """
 from __future__ import annotations
 
 import re
 
 MIN_TORCH = "2.11"
+MIN_TRITON = "3.6"
 
 
 class TorchTooOld(RuntimeError):

@@ -59,7 +59,7 @@ from src.runlog.command import resume_command, sweep_resume_command  # noqa: E40
 
 def quiet_cuda_home_warning() -> None:
     """A CUDA build of torch on a machine without CUDA logs "No CUDA runtime is found, using CUDA_HOME=..." from
-    every rank when torch.compile first loads its C++ toolchain (the codecs of src.comm); nothing here uses CUDA."""
+    every rank when torch.compile first loads its C++ toolchain; nothing here uses CUDA."""
     import logging
 
     import torch

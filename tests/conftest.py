@@ -1,18 +1,23 @@
-"""Shared fixtures: `dist` runs a function on a pool of real gloo ranks (see tests/dist_pool.py)."""
+"""Shared fixtures: `dist` runs a function on a pool of real gloo ranks (see tests/dist_pool.py).
+
+Without a CUDA device the Triton kernels (src/comm/codecs/triton_kernels.py, src/optim/fused/) run under Triton's
+interpreter on CPU tensors: TRITON_INTERPRET=1 is set here, before anything imports them, and the ranks and runs
+the tests start inherit it. It changes no default: `kernels: auto` still picks the C loops on a CPU; the tests that
+check the Triton kernels ask for `kernels: triton`.
+"""
 from __future__ import annotations
 
-import pytest
+import os
 
-from dist_pool import DistPool
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from dist_pool import DistPool  # noqa: E402
 
 _POOLS: dict[int, DistPool] = {}
-
-
-def pytest_configure(config):
-    """A test process runs many reducer settings: let each kernel compile once per setting (src/comm/codecs/reference.py)."""
-    from src.comm.codecs import reference as codec
-
-    codec.allow_recompiles()
 
 
 class _Runner:

@@ -29,10 +29,7 @@ def _worker(rank: int, world_size: int, init_file: str, tasks, results) -> None:
     import torch
     import torch.distributed as dist
 
-    from src.comm.codecs import reference as codec
-
     torch.set_num_threads(1)
-    codec.allow_recompiles()  # a worker runs many reducer settings
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))
     while True:

@@ -64,6 +64,8 @@ def test_the_named_values_come_from_the_yaml_alone():
     assert parse_config(cfg_with("variant=lion16")).variant.comm_dtype == "bf16"
     assert parse_config(cfg_with("network=local")).network.timeout_s == 600
     assert parse_config(cfg_with("network=ethernet")).network.timeout_s == 1800
+    assert parse_config(cfg_with()).train.compile == "auto"
+    assert parse_config(cfg_with("train.compile=false")).train.compile is False
 
 
 def _no_defaults(schema) -> list[str]:
@@ -130,6 +132,8 @@ def test_the_fallback_scan_finds_one(tmp_path):  # the scan above can fail
     (["checkpoint.keep=0"], "checkpoint.keep=0: must be an integer >= 1"),
     (["nonfinite.policy=ignore"], "nonfinite.policy='ignore': must be one of skip, stop"),
     (["train.steps=0"], "train.steps=0: must be an integer >= 1"),
+    (["train.compile=yes"], "train.compile='yes': must be auto, true or false"),
+    (["train.compile=1"], "train.compile=1: must be auto, true or false"),
     (["logger.name=tensorboard"], "logger.name='tensorboard': must be one of local, none, wandb"),
 ])
 def test_a_bad_or_missing_value_is_one_named_line(overrides, line):

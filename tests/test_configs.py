@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from src.distributed.process_group import DistContext
+from src.engine.compile import check_compile
 from src.engine.schema import config_problems
 from src.engine.tasks import make_task
 from src.models import count_parameters
@@ -87,6 +88,8 @@ def test_preset_builds_model_and_data(name, demo_tokens, synthetic_cifar):
     model = task.build_model("meta")
     task.check_model(model)
     validate_variant(cfg.variant, ctx.world_size, model)
+    assert cfg.train.compile == "auto"  # compiled on the paper's GPUs, eager on a laptop (src/engine/compile.py)
+    check_compile(cfg.train.compile, cfg.variant.get("overlap"))  # only Lion Cub variants have the key
     if name != "laptop":  # its compact-vocabulary corpus is opened by tests/test_laptop_corpus.py
         _open_data(cfg, task, model, demo_tokens, synthetic_cifar)
     size = re.match(r"gpt(\d+)m_", name)

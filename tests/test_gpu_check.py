@@ -119,27 +119,40 @@ def test_wheel_commands_target_the_gpu_python_without_dependencies(tmp_path):
 
 
 def test_codec_comparison_on_the_cpu():
-    """Every case builds and runs on the CPU (the torch backend against the reference), each with its bound."""
-    checks = codecs.compare("cpu", codecs.cases(m=37))
+    """Every case builds and runs on the CPU, each with its bound: the torch backend, and the Triton kernels under
+    Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1), as the section runs them on a GPU."""
+    checks = codecs.compare("cpu", codecs.cases(m=37), backends=("torch", "triton"))
     labels = " ".join(name for name, _, _ in checks)
     for kernel in ("encode_votes 1-bit", "encode_votes 16-bit", "encode_signs 2-bit", "decode_sums 8-bit",
                    "encode_levels l1 L=15 8-bit", "encode_levels linf L=7", "majority_1bit W=8", "decode_signs_1bit",
-                   "pack 1-bit", "unpack 16-bit", "block scales log", "encode_cast torch.bfloat16", "decode_sign"):
+                   "pack 1-bit", "unpack 16-bit", "block stats l1", "block scales log", "encode_cast torch.bfloat16",
+                   "decode_sign"):
         assert kernel in labels, kernel
-    assert len(checks) > 60 and all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
-    assert all(name.endswith("(cpu torch)") for name, _, _ in checks)
+    assert len(checks) > 100 and all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
+    triton = [name for name, _, _ in checks if name.endswith("(cpu triton)")]
+    assert len(triton) >= 50 and "block stats l1 (cpu triton)" in triton
+    assert "encode_cast torch.float32 (cpu triton)" not in triton  # no Triton kernel of its own: torch's check only
     bounds = {c.label: c.bound.rule for c in codecs.cases(m=37)}
     assert bounds["encode_votes 4-bit ties +"] == bounds["pack 8-bit"] == "bitwise"
-    assert bounds["majority_1bit W=3 ties -"] == "bitwise"
-    assert bounds["encode_cast torch.bfloat16"] == "nan" and bounds["block scales l1 L=15"] == "relative"
-    assert bounds["decode_sums 4-bit votes=True majority=False"] == "ulps" and bounds["block scales linf L=7"] == "nan"
+    assert bounds["majority_1bit W=3 ties -"] == "bitwise" and bounds["block stats l1"] == "nan"
+    assert bounds["encode_cast torch.bfloat16"] == "nan" and bounds["block scales l1 L=15"] == "ulps"
+    assert bounds["decode_sums 4-bit votes=True majority=False"] == "ulps"
     x = codecs.adversarial(1000, seed=3)
     assert x.isnan().any() and x.isinf().any() and (x == 0).sum() >= 1000 // 9
 
 
+def test_a_declined_kernel_fails_its_check():
+    """A backend kernel that declines its arguments (the reference runs in its place) proves nothing: it fails."""
+    x = torch.randn(8 * 37, dtype=torch.float64)  # the Triton encoder takes float32 only
+    case = codecs._codec("encode_votes float64", codecs.codec.encode_votes, (x, True, 1),
+                         torch.empty(37, dtype=torch.uint8))
+    (name, ok, detail), = [c for c in codecs.compare("cpu", [case], ("torch", "triton")) if "triton" in c[0]]
+    assert not ok and detail.startswith("the triton kernel declined these arguments")
+
+
 def test_a_kernel_that_breaks_its_bound_fails_with_the_count():
     case = next(c for c in codecs.cases(m=37) if c.label == "encode_votes 4-bit ties +")
-    reference = codecs.call(case, torch.device("cpu"))
+    reference, _ = codecs.call(case, torch.device("cpu"))
     flipped = reference.clone()
     flipped[3] ^= 1
     ok, detail = codecs.check_line(case, reference, flipped)
@@ -149,7 +162,7 @@ def test_a_kernel_that_breaks_its_bound_fails_with_the_count():
 def test_the_bounds_hold_for_another_order_and_another_rounding():
     """What the GPU may do differently, done on the CPU: each stated bound admits it, the stricter rule does not."""
     from src.bench.gpu_check.tolerance import BITWISE, beyond
-    from src.quant.blocks import BLOCK, segment_inverse
+    from src.quant.blocks import BLOCK
 
     x = codecs.adversarial(BLOCK * 4001, seed=5)  # the bf16 cast: NaN as the CPU (0xFFFF) and as CUDA (0x7FFF)
     cpu = x.to(torch.bfloat16)
@@ -159,14 +172,33 @@ def test_the_bounds_hold_for_another_order_and_another_rounding():
     sums = torch.arange(-300, 300, dtype=torch.float32)  # an average: x / 9 against x * (1 / 9) (torch's CUDA kernel)
     divided, multiplied = sums / 9.0, sums * torch.tensor(1 / 9.0, dtype=torch.float32)
     assert beyond(divided, multiplied, codecs.AVERAGE) == 0 < beyond(divided, multiplied, BITWISE)
-    blocks = torch.randn(4001, BLOCK, generator=torch.Generator().manual_seed(0))  # a scale per block: one block
-    lengths = torch.ones(4001, dtype=torch.int64)                                 # per segment
-    forward, backward = blocks.abs().sum(dim=1), blocks.abs().flip(1).cumsum(dim=1)[:, -1]
-    scales = [segment_inverse(s, lengths, lengths.double() * BLOCK, "l1", 15) for s in (forward, backward)]
-    assert beyond(scales[0], scales[1], codecs.L1_SCALES) == 0 < beyond(scales[0], scales[1], BITWISE)
-    nudged = scales[0].clone()
-    nudged[1] *= 1 + 4 * codecs.L1_SCALE_REL  # a scale four bounds off is caught
-    assert beyond(scales[0], nudged, codecs.L1_SCALES) == 1
+    stats = torch.rand(4000, 64, generator=torch.Generator().manual_seed(0)).float() * 100  # 4000 segments' blocks
+    forward, backward = (s.double().cumsum(dim=1)[:, -1] for s in (stats, stats.flip(1)))  # float64, two orders
+    scales = [7.5 / (s / (64 * BLOCK)).float() for s in (forward, backward)]  # cast, then reciprocal and multiply
+    assert beyond(scales[0], scales[1], codecs.SCALES) == 0
+    nudged = scales[0].view(torch.int32).clone()
+    nudged[1] += 3  # three floats off is caught
+    assert beyond(scales[0], nudged.view(torch.float32), codecs.SCALES) == 1
+
+
+def test_log_codes_may_be_one_level_off_only_where_log2_is_ambiguous():
+    from src.quant.blocks import BLOCK
+
+    x = torch.full((8 * BLOCK,), 3.0)
+    x[5] = 2.0 ** 2.5  # log2 |x| = 2.5 up to float32 rounding: a half level
+    inverse = torch.ones(8)
+    ambiguous = codecs.log_ambiguous(x, inverse)
+    assert ambiguous[5] and int(ambiguous.sum()) == 1
+    case = codecs._codec("log", codecs.codec.encode_levels, (x, inverse, None, "log", 7, 4),
+                         torch.empty(4 * BLOCK, dtype=torch.uint8), codecs.LOG_CODES, check=codecs.log_codes_check)
+    codes = torch.full((8 * BLOCK,), 9, dtype=torch.uint8)
+    want = codecs.pack(codes, 4)
+    one_off = codes.clone()
+    one_off[5] += 1
+    assert codecs.log_codes_check(case, want, codecs.pack(one_off, 4))[0]
+    one_off[6] += 1  # not a half level: a defect
+    ok, detail = codecs.log_codes_check(case, want, codecs.pack(one_off, 4))
+    assert not ok and detail.startswith("1 of 1024 codes differ beyond that")
 
 
 def test_the_tolerance_rules():
@@ -207,15 +239,17 @@ def test_coarse_inputs_make_every_block_sum_exact_in_any_order():
 
 
 def _reducers_on_gloo():
-    return reducers.compare_reducers("cpu", tdist.new_group(backend="gloo"), numels=(1003,))
+    return reducers.compare_reducers("cpu", tdist.new_group(backend="gloo"), backends=("torch", "triton"),
+                                     numels=(1003,))
 
 
 def test_reducer_comparison_on_gloo_ranks(dist):
-    """Every make_reducer name of the section's list reduces on 2 gloo ranks through both groups, step 1 and 2,
-    within its bound (the fp32 and bf16 sums across ranks within the bound on the ranks' magnitudes)."""
+    """Every make_reducer name of the section's list reduces on 2 gloo ranks through both groups, step 1 and 2, with
+    the torch kernels and the Triton ones (Triton's interpreter), within its bound (the fp32 and bf16 sums across
+    ranks within the bound on the ranks' magnitudes)."""
     for checks in dist(2, _reducers_on_gloo):
         assert {name.split(" ")[0] for name, _, _ in checks} == set(reducers.REDUCERS)
-        assert len(checks) == 2 * len(reducers.CASES)
+        assert len(checks) == 2 * 2 * len(reducers.CASES)
         assert all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
         assert any("of the summed magnitudes" in detail for name, _, detail in checks if name.startswith("fp32"))
     assert reducers.bound_for("compressed_allreduce").rule == "relative" and reducers.bound_for("pbit").ulps == 2

@@ -19,7 +19,7 @@ from test_train_reliability import VARIANTS, assert_same_run, interrupt_and_resu
 
 from src.models.gpt import GPT, GPTConfig
 from src.optim.factory import build_optimizer, validate_variant
-from src.optim.lion_cub import OVERLAPPED
+from src.optim.overlap import OVERLAPPED
 
 CHUNK = 2048
 REDUCERS = {
@@ -42,24 +42,26 @@ def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return idx[:, :-1], idx[:, 1:]
 
 
-def _build(model, name: str, overlap: bool):
-    variant = {"name": name, "optimizer": "lion_cub", "reducer": {**REDUCERS[name], "chunk": CHUNK, "compile": False},
-               "momentum_sync": {"every": 0, "layers": "none"}, "overlap": overlap}
-    return build_optimizer(model, variant, lr=3e-2, betas=(0.9, 0.99), weight_decay=0.1)
+def _build(model, name: str, overlap: bool, kernels: str):
+    variant = {"name": name, "optimizer": "lion_cub", "reducer": {**REDUCERS[name], "chunk": CHUNK},
+               "momentum_sync": {"every": 0, "layers": "none"}, "overlap": overlap, "kernels": kernels}
+    optimizer = build_optimizer(model, variant, lr=3e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    assert optimizer.fused == (kernels == "triton"), optimizer.kernel_choice
+    return optimizer
 
 
-def _train(name: str, overlap: bool, tie: bool, steps: int, resume_at: int | None) -> dict:
+def _train(name: str, overlap: bool, tie: bool, steps: int, resume_at: int | None, kernels: str) -> dict:
     """Per-step losses, final parameters and momenta (settled), and what the overlap hooks were seen to do."""
     rank = tdist.get_rank()
     model = _model(tie)
-    opt = _build(model, name, overlap)
+    opt = _build(model, name, overlap, kernels)
     losses, seen = [], {"unmoved_after_step": True, "partial_after_first_hook": False, "overlapped_time": False}
     for step in range(1, steps + 1):
         if resume_at is not None and step == resume_at:  # a checkpoint taken with a step in flight, then a resume
             saved_model, saved_opt = model.state_dict(), opt.state_dict()
             model = _model(tie)
             model.load_state_dict(saved_model)
-            opt = _build(model, name, overlap)
+            opt = _build(model, name, overlap, kernels)
             opt.load_state_dict(saved_opt)
         for group in opt.param_groups:
             group["lr"] = 3e-2 / step  # the loop sets the next lr before the forward pass that applies the last step
@@ -81,15 +83,17 @@ def _train(name: str, overlap: bool, tie: bool, steps: int, resume_at: int | Non
     opt.settle()
     return {"losses": losses, "params": [p.detach().clone() for p in model.parameters()],
             "momenta": [opt.state[p]["exp_avg"].clone() for p in model.parameters()], "seen": seen,
-            "chunks": len(opt.reducer.plan(sum(p.numel() for p in model.parameters())).chunks)}
+            "chunks": len(opt.plan.chunks)}
 
 
-def _compare(dist, world_size: int, name: str, tie: bool, resume_at: int | None) -> None:
+def _compare(dist, world_size: int, name: str, tie: bool, resume_at: int | None, kernels: str) -> None:
+    """The synchronous chunked torch step against the overlapped step of `kernels` (triton: the fused step, under
+    Triton's interpreter here)."""
     steps = 5
-    sync = dist(world_size, _train, name, False, tie, steps, None)
-    over = dist(world_size, _train, name, True, tie, steps, resume_at)
+    sync = dist(world_size, _train, name, False, tie, steps, None, "torch")
+    over = dist(world_size, _train, name, True, tie, steps, resume_at, kernels)
     for rank, (a, b) in enumerate(zip(sync, over)):
-        assert a["chunks"] >= 8, "the model must span many chunks for the hooks to matter"
+        assert min(a["chunks"], b["chunks"]) >= 8, "the model must span many chunks for the hooks to matter"
         for step, (x, y) in enumerate(zip(a["losses"], b["losses"]), 1):
             assert torch.equal(x, y), f"rank {rank}: loss of step {step} differs ({x.item()} vs {y.item()})"
         for i, (x, y) in enumerate(zip(a["params"] + a["momenta"], b["params"] + b["momenta"])):
@@ -101,20 +105,22 @@ def _compare(dist, world_size: int, name: str, tie: bool, resume_at: int | None)
 
 
 # 3 ranks (3 processes on CI's 2 cores): in make test-all, for every reducer and across checkpoint and resume
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
 @pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", ["cub4", "cub8", "cub1"])
-def test_overlapped_steps_equal_synchronous_bitwise(dist, world_size, name):
-    _compare(dist, world_size, name, tie=False, resume_at=None)
+def test_overlapped_steps_equal_synchronous_bitwise(dist, world_size, name, kernels):
+    _compare(dist, world_size, name, tie=False, resume_at=None, kernels=kernels)
 
 
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
 @pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
-def test_overlapped_steps_equal_synchronous_across_checkpoint_and_resume(dist, world_size):
-    _compare(dist, world_size, "cub4", tie=True, resume_at=3)
+def test_overlapped_steps_equal_synchronous_across_checkpoint_and_resume(dist, world_size, kernels):
+    _compare(dist, world_size, "cub4", tie=True, resume_at=3, kernels=kernels)
 
 
 def test_overlap_refuses_a_reducer_that_reduces_in_one_call():
     variant = {"name": "x", "optimizer": "lion_cub", "reducer": {"name": "compressed_allreduce"},
-               "momentum_sync": {"every": 0, "layers": "none"}, "overlap": True}
+               "momentum_sync": {"every": 0, "layers": "none"}, "overlap": True, "kernels": "auto"}
     with pytest.raises(ValueError, match="overlap=true needs a pipelined reducer"):
         validate_variant(variant, world_size=2)
 

@@ -157,7 +157,7 @@ def test_cli_malformed_fit_file_exits_2_before_training(demo_tokens, tmp_path):
 def test_cli_run_logs_and_records_the_choice(demo_tokens, tmp_path):
     missing = tmp_path / "network_fit_none.json"
     run_dir = tmp_path / "run"
-    proc = _cli("variant=cub_auto", "variant.reducer.compile=false", f"network.fit={missing}", f"run.dir={run_dir}",
+    proc = _cli("variant=cub_auto", "variant.kernels=torch", f"network.fit={missing}", f"run.dir={run_dir}",
                 f"data.dir={demo_tokens}", "model=gpt_tiny", "data.block_size=16", "data.batch_size=2",
                 "train.steps=1", "train.eval_batches=1", "train.progress=false")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -197,7 +197,7 @@ def test_auto_trains_bitwise_like_the_chosen_variant(dist, tmp_path, alpha, beta
     path = tmp_path / "fit.json"
     write_network_fit(path, alpha, beta)
     network = net(name="test", fit=str(path), alpha=None, beta=None)
-    auto = {**AUTO, "reducer": {**AUTO["reducer"], "chunk": 32, "compile": False}}
+    auto = {**AUTO, "reducer": {**AUTO["reducer"], "chunk": 32}, "kernels": "torch"}
     outs = dist(2, _train, auto, network)
     record = outs[0][1]
     assert (record["chosen"], record["bits"]) == expected and record["source"] == str(path)

@@ -50,7 +50,8 @@ def test_fields_widen_where_the_sums_would_overflow():
 @pytest.mark.parametrize("name,options,match", [
     ("ring", {}, "unknown reducer 'ring'"),
     ("pbit", {"chunk": -1}, "chunk must be"),
-    ("onebit", {"compile": "yes"}, "compile must be"),
+    ("onebit", {"kernels": "yes"}, "kernels must be one of auto, torch, native, triton"),
+    ("pbit", {"compile": True}, "does not take option.s. compile"),
     ("pbit", {"levles": 3}, "does not take option"),
     ("pbit", {"quant": "l2"}, "unknown quantization method"),
     ("pbit", {"bits": 3}, "bits=3 is not supported"),
@@ -115,7 +116,7 @@ def test_momentum_sync_config_errors(cfg, match):
 def test_validate_variant_before_any_process_group():
     model = TinyGPT()
     cub4 = {"name": "cub4", "optimizer": "lion_cub", "reducer": {"name": "pbit", "quant": "sign", "bits": 4},
-            "momentum_sync": {"every": 0, "layers": "none"}, "overlap": False}
+            "momentum_sync": {"every": 0, "layers": "none"}, "overlap": False, "kernels": "auto"}
     validate_variant(cub4, world_size=16, model=model)  # wider fields, no refusal
     with pytest.raises(ValueError, match="world_size=40000"):
         validate_variant(cub4, world_size=40000, model=model)
@@ -131,10 +132,11 @@ def test_validate_variant_before_any_process_group():
         validate_variant({"optimizer": "lion_grad_allreduce", "reducer": {"name": "pbit"}}, world_size=2)
     with pytest.raises(ValueError, match="does not communicate"):
         validate_variant({"name": "lion", "optimizer": "lion"}, world_size=2)
-    with pytest.raises(ValueError, match="missing key.s. comm_dtype; optimizer 'lion_grad_allreduce' takes"):
+    with pytest.raises(ValueError, match="missing key.s. comm_dtype, kernels; optimizer 'lion_grad_allreduce' takes"):
         validate_variant({"name": "lion32", "optimizer": "lion_grad_allreduce"}, world_size=2)
     with pytest.raises(ValueError, match="variant.comm_dtype='fp8': must be one of fp32, bf16, fp16"):
-        validate_variant({"name": "lion8", "optimizer": "lion_grad_allreduce", "comm_dtype": "fp8"}, world_size=2)
+        validate_variant({"name": "lion8", "optimizer": "lion_grad_allreduce", "comm_dtype": "fp8", "kernels": "auto"},
+                         world_size=2)
 
 
 def test_build_single_process_lion_with_decay_groups():

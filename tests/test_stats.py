@@ -325,10 +325,10 @@ def _optimizer_step_with_stats(variant: str):
     return stats.pop(), torch.stack(gathered).numpy()
 
 
-VARIANTS = {"lion32": {"optimizer": "lion_grad_allreduce", "comm_dtype": "fp32"},
+VARIANTS = {"lion32": {"optimizer": "lion_grad_allreduce", "comm_dtype": "fp32", "kernels": "auto"},
             "cub4": {"optimizer": "lion_cub", "reducer": {"name": "pbit", "quant": "sign", "levels": 1, "bits": 4,
                                                            "vote": "majority", "zeros": "alternate"},
-                     "momentum_sync": {"every": 0, "layers": "none"}, "overlap": False}}
+                     "momentum_sync": {"every": 0, "layers": "none"}, "overlap": False, "kernels": "auto"}}
 
 
 @pytest.mark.parametrize("variant, world_size", [("lion32", 2), ("lion32", 3), ("cub4", 2)])

@@ -51,6 +51,8 @@ def test_vision_run(model, extra, tiny_cifar, tmp_path):
     assert all(r["time/communicate"] >= 0 and r["time/total"] > 0 for r in rows[1:])
     assert summary["final_eval"]["val/acc"] == accs[-1] and summary["ranks_in_sync"]
     assert summary["steps"] == 4 and (run / "timing.csv").is_file()
+    assert summary["images_per_s"] == pytest.approx(16 * 4 / summary["train_time"])  # timing_skip=0: all 4 steps
+    assert summary["mfu"] is None and "tokens_per_s" not in summary  # src/engine/throughput.py
 
 
 def _vision_cfg(tiny_cifar, run_dir, *extra):

@@ -6,8 +6,8 @@ Run under torchrun, normally on the emulated cluster (`make bench`, or by hand):
 
 Per case (src/bench/comm_cases.py) and size, two measurements, each `--warmup` untimed calls then `--reps` timed
 calls between barriers:
-- end to end: `reduce()`, the per-chunk operations LionCub's step calls in the same pipeline (compiled kernels
-  from 1M elements): `total` is the slowest rank's wall time of the call;
+- end to end: `reduce()`, the per-chunk operations LionCub's step calls in the same pipeline (the C loops from 1M
+  elements: `kernels: auto`): `total` is the slowest rank's wall time of the call;
 - one chunk (`chunk=0`: nothing overlapped), to time the collective alone: `communicate` runs from the last rank's
   entry into each communicate phase to the last rank's exit (the ranks' phase intervals are lined up on the
   machine's shared monotonic clock), so it excludes the time early ranks wait for ranks still quantizing, which is
@@ -38,7 +38,6 @@ import torch
 import torch.distributed as dist
 
 from src.bench.comm_cases import Case, is_pipelined, prepare, select
-from src.comm.codecs import reference as codec
 from src.distributed.threads import apply_thread_share
 from src.launch.cores import cpu_list
 from src.launch.netns import format_rate, parse_rate
@@ -132,13 +131,13 @@ def _samples(prepared, reps: int, warmup: int, clock: bool, measure_link: bool, 
     return torch.stack(samples)
 
 
-def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool, compile="auto") -> dict:
+def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bool, kernels="auto") -> dict:
     """Medians over `reps` calls, end to end and as one chunk (see the module docstring); the same on every rank."""
     rank = dist.get_rank()
     generator = torch.Generator().manual_seed(seed * 1000 + rank)
     update = torch.randn(numel, generator=generator)
     measure_link = int(os.environ.get("LOCAL_RANK", "0")) == 0
-    one_chunk = prepare(case, update, chunk=0, compile=compile)
+    one_chunk = prepare(case, update, chunk=0, kernels=kernels)
     stats = _samples(one_chunk, reps, warmup, clock, measure_link, with_spans=True)
     wire = torch.tensor([one_chunk.wire_bytes], dtype=torch.int64)
     dist.all_reduce(wire, op=dist.ReduceOp.MAX)
@@ -146,7 +145,7 @@ def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bo
     del one_chunk
     end_to_end = stats
     if is_pipelined(case):
-        pipelined = prepare(case, update, compile=compile)
+        pipelined = prepare(case, update, kernels=kernels)
         end_to_end = _samples(pipelined, reps, warmup, clock, False, with_spans=False)
         del pipelined
     del update
@@ -218,11 +217,11 @@ def parse_args(argv):
     parser.add_argument("--cases", default=None, help="comma-separated case names (default: all)")
     parser.add_argument("--reps", type=int, default=None, help="timed calls per point (default 5, 3 from 16M up)")
     parser.add_argument("--warmup", type=int, default=2,
-                        help="untimed calls first (2: both tie-rule parities, each a compiled kernel of its own)")
+                        help="untimed calls first (2: both tie-rule parities)")
     parser.add_argument("--rate", default=None, help="link rate (tc units or none); default LIONCUB_LINK_RATE")
     parser.add_argument("--quick", action="store_true", help="sizes 4K,64K,1M, 2 reps, eager kernels (for tests)")
-    parser.add_argument("--compile", choices=("auto", "true", "false"), default=None,
-                        help="the reducers' compile option (default auto; false with --quick: no compile time)")
+    parser.add_argument("--kernels", choices=("auto", "torch", "native"), default=None,
+                        help="the reducers' kernels (default auto: the C loops from 1M elements; torch with --quick)")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
 
@@ -237,21 +236,20 @@ def main(argv=None) -> int:
     except ValueError as exc:
         print(f"comm_bench: error: {exc}", file=sys.stderr)
         return 2
-    compile = {"true": True, "false": False, "auto": "auto"}[args.compile or ("false" if args.quick else "auto")]
+    kernels = args.kernels or ("torch" if args.quick else "auto")
     apply_thread_share()
     dist.init_process_group("gloo")
     rank, host = dist.get_rank(), machine_columns()
-    codec.allow_recompiles()
     if rank == 0:
         print(f"comm_bench: {dist.get_world_size()} ranks, rate {format_rate(rate)}, sizes {sizes}, "
-              f"cases {', '.join(c.name for c in cases)}, compile {compile}", flush=True)
+              f"cases {', '.join(c.name for c in cases)}, kernels {kernels}", flush=True)
         print(f"comm_bench: machine {machine_text(host)}", flush=True)
     clock = shared_clock()
     for numel in sizes:
         reps = args.reps or (2 if args.quick else (5 if numel < 1 << 24 else 3))
         rows = []
         for case in cases:
-            result = measure(case, numel, reps, args.warmup, args.seed, clock, compile)
+            result = measure(case, numel, reps, args.warmup, args.seed, clock, kernels)
             rows.append(make_row(case, numel, reps, rate, result, host))
             if rank == 0:
                 print(describe_row(rows[-1]), flush=True)

@@ -123,11 +123,11 @@ def _grad_allreduce(update: torch.Tensor, dtype: str, timer: IntervalTimer) -> P
 
 
 def is_pipelined(case: Case) -> bool:
-    """Whether the case's reducer runs chunk by chunk (takes `chunk` and `compile`): Lion Cub's reducers do."""
+    """Whether the case's reducer runs chunk by chunk (takes `chunk` and `kernels`): Lion Cub's reducers do."""
     return case.reducer is not None and issubclass(REDUCERS[case.reducer], ChunkedReducer)
 
 
-def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile="auto") -> Prepared:
+def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, kernels="auto") -> Prepared:
     """Build the case's reducer (or gradient allreduce) for `update` on the default process group; `chunk=0` runs
     the reduction as one chunk (nothing pipelined: its communicate phase is the collective alone), None keeps the
     reducer's default pipelining."""
@@ -137,7 +137,7 @@ def prepare(case: Case, update: torch.Tensor, chunk: int | None = None, compile=
         return _grad_allreduce(update, case.options["dtype"], timer)
     options = dict(case.options)
     if is_pipelined(case):  # the neighbours' reducers run as one piece and take neither option
-        options.update(compile=compile) if chunk is None else options.update(chunk=chunk, compile=compile)
+        options.update(kernels=kernels) if chunk is None else options.update(chunk=chunk, kernels=kernels)
     reducer = make_reducer(case.reducer, segments=layer_segments(numel), timer=timer, **options)
     return Prepared(lambda k: reducer.reduce(update, k), timer, reducer.wire_bytes(numel),
                     getattr(reducer, "bits", None) if case.bits else None)

@@ -6,7 +6,7 @@
 Rows:
 - `pack`/`unpack` at field widths 1, 2, 4, 8, 16: GB/s of the values (one byte each, four for 16-bit fields);
 - `quantize` per method: GB/s of the float32 input (the reference `src.quant.quantize`);
-- `encode` / `decode` per reducer setting and path (`eager`, `compiled`): what one rank's reduction does besides
+- `encode` / `decode` per reducer setting and backend (`torch`; `native` on CPU, `triton` on CUDA): what one rank's reduction does besides
   the collective, chunk by chunk as the reducer does it (pbit: per-layer scales, quantize, shift and pack; then
   from summed words to the direction; onebit: votes and packing; then the local majority over P = 2 copies and
   the +-1 direction), in ms, GB/s of the float32 update and ms per 774M parameters (the Table A.1 model size);
@@ -89,17 +89,19 @@ def packing_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
     return rows
 
 
+BACKENDS = {"cpu": ("torch", "native"), "cuda": ("torch", "triton")}  # the codecs' backends timed per device
 CODEC_SETTINGS = (("pbit 4-bit votes", "pbit", dict(bits=4)),
                   ("pbit 8-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=8)),
                   ("pbit 16-bit l1 L=15", "pbit", dict(quant="l1", levels=15, bits=16)),
                   ("onebit", "onebit", {}))
 
 
-def codec_work(name: str, options: dict, update: torch.Tensor, compiled: bool, world_size: int = 2):
-    """(encode, decode) callables doing one rank's local work of a reduction of `update`, chunk by chunk."""
+def codec_work(name: str, options: dict, update: torch.Tensor, backend: str, world_size: int = 2):
+    """(encode, decode) callables doing one rank's local work of a reduction of `update`, chunk by chunk, with the
+    codecs of `backend` (torch, native or triton: src/comm/codecs/backend.py)."""
     numel, device = update.numel(), update.device
     reducer = make_reducer(name, world_size=world_size, rank=0, segments=layer_segments(numel),
-                           compile=compiled, **options)
+                           kernels=backend, **options)
     plan = reducer.plan(numel)
     direction = torch.empty(numel, device=device)
     if name == "onebit":
@@ -111,16 +113,15 @@ def codec_work(name: str, options: dict, update: torch.Tensor, compiled: bool, w
             for chunk in plan.chunks:
                 at = chunk.start // 8
                 values = vector_chunk(update, chunk, reduction.scratch)
-                reducer.kernel(codec.encode_votes, numel)(words[at: at + chunk.length // 8], values, True, 1)
+                reduction.codec(codec.encode_votes)(words[at: at + chunk.length // 8], values, True, 1)
 
         def decode():  # the local majority over world_size copies of a part, then the +-1 direction
             reduction = reducer.begin(plan.layout.sizes, 1, device)
             for chunk in plan.chunks:
                 at, n = chunk.start // 8, chunk.length // 8
-                reducer.kernel(codec.majority_1bit, numel)(mine[: n // world_size], words[at: at + n], world_size,
-                                                           True)
+                reduction.codec(codec.majority_1bit)(mine[: n // world_size], words[at: at + n], world_size, True)
                 target = direction_target(direction, chunk, reduction.scratch)
-                reducer.kernel(codec.decode_signs_1bit, numel)(target, words[at: at + n])
+                reduction.codec(codec.decode_signs_1bit)(target, words[at: at + n])
                 write_chunk(direction, chunk, target)
         return encode, decode
     k = fields_per_word(reducer.bits)
@@ -144,9 +145,9 @@ def codec_rows(numel: int, device: torch.device, repeats: int) -> list[dict]:
     g = torch.Generator(device=device).manual_seed(0)
     update = torch.randn(numel, device=device, generator=g) * 1e-3
     for label, name, options in CODEC_SETTINGS:
-        for path in ("eager", "compiled"):
-            encode, decode = codec_work(name, options, update, path == "compiled")
-            encode(), encode()  # both tie-rule parities' kernels compiled before timing
+        for path in BACKENDS[device.type]:
+            encode, decode = codec_work(name, options, update, path)
+            encode(), encode()  # both tie-rule parities' kernels compiled (Triton) or built (C) before timing
             _row(rows, "encode", f"{label} ({path})", best_seconds(encode, device, repeats), 4 * numel, device,
                  repeats)
             _row(rows, "decode", f"{label} ({path})", best_seconds(decode, device, repeats), 4 * numel, device,
@@ -183,7 +184,6 @@ def main(argv=None) -> None:
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
                         help="wall, or cpu: this thread's CPU time (CPU with --threads 1; robust to other load)")
     args = parser.parse_args(argv)
-    codec.allow_recompiles()
     if args.clock == "cpu" and (args.threads != 1 or args.device != "cpu"):
         parser.error("--clock cpu measures one thread: give --threads 1 and --device cpu")
     global clock

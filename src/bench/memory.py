@@ -32,7 +32,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from tqdm import tqdm
 
-from src.comm.codecs import reference as codec
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
 from src.utils import machine
@@ -87,8 +86,6 @@ def gpt(layers: int, embd: int, device: torch.device) -> torch.nn.Module:
 def measure(variant: str, model: torch.nn.Module) -> dict:
     """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant."""
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{variant}.yaml"))
-    if "compile" in (cfg.get("reducer") or {}):  # torch.compile cannot trace under the tracker's dispatch mode:
-        cfg["reducer"]["compile"] = False      # the eager kernels (bitwise the same result) are measured
     params = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator(device=params[0].device).manual_seed(0)
     for p in params:
@@ -99,7 +96,11 @@ def measure(variant: str, model: torch.nn.Module) -> dict:
         optimizer.step()  # first step: momentum and workspaces are made
         tracker.reset_peak()
         optimizer.step()
-    momentum = sum(optimizer.state[p]["exp_avg"].untyped_storage().nbytes() for p in params)
+    storages = {}  # the fused steps' momenta are views of one flat buffer: count each storage once
+    for p in params:
+        storage = optimizer.state[p]["exp_avg"].untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    momentum = sum(storages.values())
     n = sum(p.numel() for p in params)
     kept, peak = tracker.current - momentum, tracker.peak - momentum
     del optimizer
@@ -129,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     _one_rank_group()
-    codec.allow_recompiles()
     model = gpt(args.layers, args.embd, torch.device(args.device))
     rows = [measure(v, model) for v in tqdm(args.variants, desc="variants", unit="variant")]
     where = machine.label() if args.device == "cpu" else f"{args.device} beside {machine.label()}"

@@ -21,13 +21,19 @@ update vector and `reducer.wire_bytes(numel)` tells the bytes this rank sends fo
 `ps_naive`/`ps_tree` are the parameter servers of the Lion Cub paper's Table 1 carrying our packed p-bit encoding
 (the server returns the exact sum); `dlion_*` carry Distributed Lion's own wire format (src/comm/reducers/dlion.py).
 
-Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` and `compile` (the pipelined,
-fused hot path: src/comm/reducers/chunked.py), `world_size`/`rank` (to plan without a process group), `segments` (per-layer
-scales), `check_finite` (opt-in, a host sync) and `timer`. Besides `reduce`, every reducer is a library of
-per-chunk operations (`begin`, `encode`, `exchange`, `decode`: src/comm/reducers/chunked.py) that LionCub's step strings
-together, so that the whole update vector or direction never exists; the neighbours' reducers (`dlion_*`,
-`compressed_allreduce`, `bitdp`) reduce the whole vector in one call and offer the same operations as one chunk
+Lion Cub's reducers (`pbit`, `onebit`, `ps_*`, `fp32`, `bf16`) also take `chunk` (elements per pipelined chunk, or
+`auto`) and `kernels` (`auto`, `torch`, `native`, `triton`: which backend runs the codecs, src/comm/codecs/backend.py),
+`world_size`/`rank` (to plan without a process group), `segments` (per-layer scales), `check_finite` (opt-in, a host
+sync) and `timer`. Besides `reduce`, every reducer is a library of per-chunk operations (`begin`, `encode`,
+`exchange`, `decode`: src/comm/reducers/chunked.py) that LionCub's step strings together, so that the whole update
+vector or direction never exists; the neighbours' reducers (`dlion_*`, `compressed_allreduce`, `bitdp`) reduce the
+whole vector in one call and offer the same operations as one chunk
 (src/comm/reducers/base.py; see each class for its options).
+
+The package is split by concern: `codecs/` (the wire format and its kernels, one place per backend), `reducers/`
+(the algorithms), `transport/` (chunk plans, the pipeline, workspaces, the collective device rule) and `cost/` (the
+alpha-beta model, bytes per algorithm, the network section). The optimizers' fused GPU steps (src/optim/fused/) use
+the wire format; nothing here knows an optimizer.
 
 Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
 `src.comm.reducers.registry` on first use, so a light module of the package (`src.comm.cost.model`, `src.comm.cost.wire_bytes`) can be

@@ -9,14 +9,14 @@ ranks, `train_time` (sum of the step times after the warm-up: the x-axis of loss
 Fig. A.1 (see src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step
 they follow; the evaluation before training is a row at step 0.
 
-Warm-up: the first `train.timing_skip` steps compile the reducers' kernels where they need torch.compile (a GPU's
-Triton kernels; on CPU the explicit C loops of src.comm.codecs.native are built once and cached, and only kernels they
-do not take, such as the log codes, compile) and warm the allocator and communicator; they are the steps the
-timing tables leave out. The clock of `train_time` starts after them: their rows carry `train_time` 0 and
-`warmup_time` (their summed step time, also in the summary), so a loss-vs-time curve compares training speed, not
-compile time. A run resumed from a checkpoint compiles again in its first steps after the checkpoint; that time
-counts in `train_time` (the checkpoint carries the warm-up time of the first run, so the summary's `warmup_time` is
-the whole run's).
+Warm-up: the first `train.timing_skip` steps compile what needs compiling (a GPU's Triton kernels, built once per
+setting and cached on disk; on CPU the C loops of src.comm.codecs.native, built once and cached; the model with
+`train.compile`, src/engine/compile.py, whose evaluation graph compiles in the first evaluation, which is not timed)
+and warm the allocator and communicator; they are the steps the timing tables leave out. The clock of `train_time`
+starts after them: their rows carry `train_time` 0 and `warmup_time` (their summed step time, also in the summary),
+so a loss-vs-time curve compares training speed, not compile time. A run resumed from a checkpoint compiles again
+in its first steps after the checkpoint; that time counts in `train_time` (the checkpoint carries the warm-up time of
+the first run, so the summary's `warmup_time` is the whole run's).
 
 Statistics (`src.stats`, every `stats.every` steps, off by default): measured right before and after
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.

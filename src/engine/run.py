@@ -13,10 +13,14 @@ world size none of its figures used (`paper_world_size`).
 Only then does `execute()` start the process group, build the real model and optimizer, claim the run folder
 (rank 0, atomically: src.runlog.run_dir), record the attempt, `config.yaml` and the provenance, train, and write
 `summary.json` and the timing table. Every value the optimizer uses in place of the configured one (a field width
-widened to hold the world's sums, `reducer: auto`'s pick: `optimizer.adjustments()`, src/optim/interface.py) is
-printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why);
-`config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the candidates' predicted times
-under `reducer_auto` (src.comm.reducers.auto).
+widened to hold the world's sums, `reducer: auto`'s pick, the kernels `variant.kernels: auto` chose:
+`optimizer.adjustments()`, src/optim/interface.py) and `train.compile: auto`'s resolution (src.engine.compile) are
+printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why), as is a
+compile that failed; `config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the
+candidates' predicted times under `reducer_auto` (src.comm.reducers.auto). The module the loop calls is compiled
+last, after the optimizer is built and a checkpoint restored; everything else keeps the plain model. summary.json
+and the end-of-run lines give the throughput (tokens/s or images/s) and, for a GPT on a GPU, the model FLOPs
+utilisation (src.engine.throughput).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
@@ -36,7 +40,6 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.comm.codecs.reference import allow_recompiles
 from src.distributed.process_group import (
     DistContext,
     barrier,
@@ -46,6 +49,7 @@ from src.distributed.process_group import (
     init_process_group,
     shutdown,
 )
+from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.ddp import wrap_model
 from src.errors import SetupError
@@ -53,6 +57,7 @@ from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
 from src.engine.tasks import Task, make_task
+from src.engine.throughput import run_throughput, throughput_line
 from src.runlog import history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
@@ -81,6 +86,7 @@ from src.reliability.rng import seed_host_rngs
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
+from src.utils.adjustment import recorded
 
 
 @dataclass
@@ -142,6 +148,7 @@ def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool =
         task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
     check_variant(job, ctx, meta_model)
+    check_compile(job.train.compile, job.variant.overlap)
     check_stats_config(job.stats, meta_model)
     steps = resolve_steps(job.train, task) if check_data or job.train.epochs is None else None
     o = job.optim
@@ -277,13 +284,14 @@ def _timing(run_dir: Path) -> dict:
     return timing_summary(load_run(run_dir))
 
 
-def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict) -> None:
+def _finish_outputs(run_dir: Path, result: LoopResult, summary: dict, rate_line: str) -> None:
     _write_json(run_dir / "summary.json", summary)
     row = summary.get("timing")
     if row:
         write_table([row], run_dir)
         print(f"\ntiming per step (mean of {row['steps_timed']} steps, ms):\n{to_markdown([row])}", flush=True)
     print(f"final loss {result.last_loss:.4f}  " + "  ".join(f"{k}={v:.4f}" for k, v in result.last_eval.items()))
+    print(rate_line)
     print(f"run folder: {run_dir}", flush=True)
 
 
@@ -296,6 +304,14 @@ def _already_finished(plan: Plan) -> dict | None:
         if done.get("steps") == plan.steps and not done.get("interrupted_at"):
             return done
     return None
+
+
+def _announce(line: str) -> None:
+    print(line, flush=True)
+
+
+def _quiet(line: str) -> None:
+    pass
 
 
 def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exception) -> None:
@@ -321,7 +337,6 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         return done
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
-    allow_recompiles()  # the reducers' kernels, one compilation per setting (src/comm/codecs/reference.py)
     try:
         torch.manual_seed(job.seed)
         model = task.build_model(ctx.device).to(ctx.device)
@@ -333,11 +348,14 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
         optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
                                     weight_decay=o.weight_decay, network=network)
+        compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
         if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
-            for adjustment in optimizer.adjustments():
+            for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
                 print(adjustment.line(), flush=True)
         progress = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+        # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
+        trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
@@ -361,8 +379,11 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                    "skipped_steps": hooks.progress.skipped_steps,
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-                   "wire_bytes_per_step": wire_bytes_per_step(optimizer)}
-        summary["config_adjusted"] = {a.key: a.record() for a in optimizer.adjustments()}
+                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained)}
+        summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
+                                      ctx.world_size, ctx.device))
+        adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
+        summary["config_adjusted"] = recorded(adjusted)
         if optimizer.reducer_choice is not None:
             summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:
@@ -373,7 +394,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             _report_then_wait(ctx, report_interrupt, hooks.interrupted)
             raise hooks.interrupted
         if ctx.is_main:
-            _finish_outputs(run_dir, result, summary)
+            _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
         return summary
     finally:
         shutdown()

@@ -106,7 +106,7 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
         return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
     if kind == "lion_grad_allreduce":
         return GradAllreduceLion(groups, lr=lr, betas=betas, weight_decay=weight_decay,
-                                 comm_dtype=variant.comm_dtype, group=group)
+                                 comm_dtype=variant.comm_dtype, group=group, kernels=variant.kernels)
     if kind in BASELINE_KEYS:
         return build_baseline(kind, model, variant, groups, lr=lr, betas=betas, weight_decay=weight_decay,
                               group=group)
@@ -114,6 +114,6 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
     variant, choice = resolve_auto(variant, world_size, _numel(model), network)
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant.reducer),
                         momentum_sync=variant.momentum_sync, group=group, overlap=variant.overlap,
-                        layout_order=list(model.parameters()), reducer_choice=choice)
+                        layout_order=list(model.parameters()), reducer_choice=choice, kernels=variant.kernels)
     optimizer.hook_forward(model)
     return optimizer

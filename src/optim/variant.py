@@ -5,8 +5,8 @@ A variant names its `optimizer` and holds the keys that optimizer takes, and onl
 | optimizer              | keys                                        |
 |------------------------|---------------------------------------------|
 | `lion`                 | -                                           |
-| `lion_grad_allreduce`  | comm_dtype                                  |
-| `lion_cub`             | reducer, momentum_sync, overlap             |
+| `lion_grad_allreduce`  | comm_dtype, kernels                         |
+| `lion_cub`             | reducer, momentum_sync, overlap, kernels    |
 | `adamw_grad_allreduce` | comm_dtype                                  |
 | `onebit_adam`          | adam_warmup_steps                           |
 | `bitdp`                | bits, threshold, layers                     |
@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Mapping
 
+from src.comm.codecs.backend import KERNELS
 from src.optim.baselines import BASELINE_KEYS
 from src.optim.bitdp import LAYERS as BITDP_LAYERS
 from src.optim.ddp import COMM_HOOKS, INNER
@@ -31,8 +32,8 @@ from src.optim.momentum_sync import MomentumSync
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
-KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype"}, "lion_cub": {"reducer", "momentum_sync", "overlap"},
-        **BASELINE_KEYS}
+KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype", "kernels"},
+        "lion_cub": {"reducer", "momentum_sync", "overlap", "kernels"}, **BASELINE_KEYS}
 ALWAYS = ("name", "optimizer")
 
 
@@ -44,6 +45,7 @@ class Variant:
     reducer: dict | None  # lion_cub: {name, quant, levels, bits, vote, zeros, ...} (src.comm.make_reducer)
     momentum_sync: MomentumSync | None  # lion_cub: {every, layers} (src/optim/momentum_sync.py)
     overlap: bool | None  # lion_cub: communication hidden behind the next forward pass (src/optim/overlap.py)
+    kernels: Annotated[str, OneOf(KERNELS)] | None  # lion_cub, lion_grad_allreduce: auto | torch | native | triton
     # the neighbours' baselines (docs/baselines.md)
     adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)
     bits: Annotated[int, Range(ge=1)] | None  # BitDP: 1 or 2

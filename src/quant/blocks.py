@@ -3,17 +3,19 @@
 A flat update vector is cut into segments (the parameter tensors). Each segment is laid out at a multiple of
 `BLOCK` elements and zero-padded to one (`BlockLayout`), so that every block of `BLOCK` elements belongs to one
 segment. Then, with one pass and no loop over segments:
-- `block_stats`: per block, sum |x| (`l1`) or max |x| (the others), one row reduction of a [blocks, BLOCK] view
-  (`block_stats_of_pieces`: the same from the unpadded pieces of a range, with no padded copy);
+- `block_stats`: per block, sum |x| (`l1`, added as a fixed tree: `fold_sum`) or max |x| (the others), one row
+  reduction of a [blocks, BLOCK] view (`block_stats_of_pieces`: the same from the unpadded pieces of a range);
 - `segment_inverse`: per segment, the inverse scale, from its blocks' statistics with one `segment_reduce`
   (sums accumulate in float64, in block order: deterministic, and the same whether the blocks were computed all at
   once or chunk by chunk, as the pipelined reducers do);
 - `quantize_blocks`: the codes of a [blocks, BLOCK] view, each block scaled by its segment's inverse scale.
-`src.quant.quantize` (the reference) and the reducers' fused encoders (`src.comm.codecs.reference`) share these functions, so
-their codes are the same bit for bit. Zero padding adds nothing to a sum or a maximum.
+`src.quant.quantize` (the reference) and the reducers' encoders (src/comm/codecs/) share these functions, and the C
+loops and Triton kernels add a block's magnitudes in the same fixed tree, so codes and block statistics are the
+same bit for bit on every backend. Zero padding adds nothing to a sum or a maximum.
 
-Deliberate difference from a plain mean: the segment mean |x| is summed per block in float32, then across blocks in
-float64 (a fixed order); torch's `mean` sums in another order, so the last bit of a scale may differ from it.
+Deliberate difference from a plain mean: the segment mean |x| is summed per block in float32 (a fixed tree), then
+across blocks in float64 (in block order); torch's `mean` sums in another order, so the last bit of a scale may
+differ from it.
 """
 from __future__ import annotations
 
@@ -97,14 +99,33 @@ class BlockLayout:
         return out
 
 
+def fold_sum(rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Per row of a [n, BLOCK] view, the sum of its BLOCK values added as a fixed tree: the first half plus the
+    second half, again and again (64 sums of 2, 32 of 4, ... 1 of 128). Every addition is one IEEE rounding in an
+    order that depends on nothing else, so the C loops and the Triton kernels compute the same bits on any
+    machine (a plain torch.sum adds in an order that follows the vector width, and the GPU's in another)."""
+    width = rows.shape[1]
+    while width > 1:
+        width //= 2
+        rows = rows[:, :width] + rows[:, width: 2 * width]
+    return rows[:, 0] if out is None else out.copy_(rows[:, 0])
+
+
+def _reduce_rows(method: str):
+    """The row statistic of `method`: the fixed-tree sum for l1, the (NaN-propagating) maximum otherwise."""
+    if method == "l1":
+        return lambda rows, dim, out=None: fold_sum(rows, out)
+    return torch.amax
+
+
 def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = None,
                 buffer: torch.Tensor | None = None) -> torch.Tensor:
-    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1`, max |x| for the other scaled methods.
+    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1` (`fold_sum`), max |x| for the other scaled methods.
 
     With `out` ([n]) and `buffer` (at least STATS_SLICE floats) it works through the rows a slice at a time in that
-    small buffer, allocating nothing; every row's result is the same either way (rows are reduced one by one).
+    small buffer; every row's result is the same either way (rows are reduced one by one).
     """
-    reduce = torch.sum if method == "l1" else torch.amax
+    reduce = _reduce_rows(method)
     if out is None or buffer is None:
         return reduce(blocks.abs(), dim=1)
     rows = STATS_SLICE // BLOCK
@@ -121,7 +142,7 @@ def block_stats_of_pieces(pieces: Sequence[tuple[torch.Tensor, int]], method: st
     (values, offset in the range), in order; what no piece covers is zero. `magnitude`, a buffer as long as the
     range (a whole number of blocks), receives |x| in the padded layout, then one row reduction fills `out`; every
     row holds what the padded range's row holds, so its result is the same."""
-    reduce = torch.sum if method == "l1" else torch.amax
+    reduce = _reduce_rows(method)
     end = 0
     for values, at in pieces:
         magnitude[end: at].zero_()
@@ -169,6 +190,4 @@ def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, le
     else:  # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
         q = y.abs_().clamp_(min=torch.finfo(torch.float32).tiny).log2_().round_().add_(levels).clamp_(0, levels)
         q.mul_(torch.sign(x))
-    if torch.compiler.is_compiling():  # q != q is a vector compare; inductor's isnan is a scalar loop per vector
-        return q.masked_fill_(q != q, 0.0)
-    return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map, same as above)
+    return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map)

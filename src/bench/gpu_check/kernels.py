@@ -22,11 +22,38 @@ except ImportError:  # a tree with the torch reference only
 NO_BACKENDS = "src.comm.codecs.backend is not in this tree: only the torch reference runs"
 
 
-def codec_for(fn: Callable, backend: str) -> Callable | None:
-    """The callable that runs the reference codec `fn` on `backend`; None where this tree has no such backend."""
+def codec_for(fn: Callable, backend: str) -> Callable[..., bool] | None:
+    """A callable that runs the reference codec `fn` on `backend` and returns whether the backend's own kernel ran
+    (False: it declined these arguments, and the reference ran instead); None where the backend has no kernel of
+    its own for `fn` (or this tree has no such backend)."""
+    if backend == "torch":
+        return lambda *args: fn(*args) or True
     if _codec is None:
-        return fn if backend == "torch" else None
-    return _codec(fn, backend)
+        return None
+    kernel = getattr(_codec(fn, backend), "kernel", None)  # backend._Declining: the kernel, returning False to decline
+    if kernel is None:
+        return None
+
+    def run(*args) -> bool:
+        if kernel(*args):
+            return True
+        fn(*args)
+        return False
+    return run
+
+
+def block_stats_for(backend: str) -> Callable[..., bool] | None:
+    """`(out, blocks, method) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference, or
+    Triton's kernel where it takes the arguments); None where this tree has no such backend."""
+    from src.quant.blocks import block_stats
+
+    if backend == "torch":
+        return lambda out, blocks, method: out.copy_(block_stats(blocks, method)) is not None
+    if backend != "triton" or _codec is None:
+        return None
+    from src.comm.codecs import triton_kernels
+
+    return triton_kernels.block_stats
 
 
 def triton_unavailable(device) -> str | None:

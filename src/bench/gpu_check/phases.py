@@ -177,6 +177,10 @@ def run(result, workdir: Path) -> None:
                      "in torch.profiler")
         _figures(result, name, record, n)
     _tables(result)
+    chosen_kernels = [f"{v}: {r['kernels']} ({r['kernels_why']})" for v, r in result.data["steps"].items()
+                      if r["kind"] == "variant" and r.get("kernels_why")]
+    if chosen_kernels:
+        result.note("Kernels chosen (variant.kernels: auto): " + "; ".join(chosen_kernels))
     result.note("GPU time: CUDA events around step(); host: the wall-clock time of the step() call; GPU busy: the "
                 "union of the kernels' own intervals in torch.profiler (a step is host-bound when its host time "
                 "exceeds its busy time). Launches: the CUDA runtime and driver launch calls per step. Floors: the "

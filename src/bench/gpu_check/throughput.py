@@ -1,11 +1,12 @@
 """Encode and decode throughput of each codec on the GPU, beside the measured copy bandwidth (Section 6).
 
 Reuses src.bench.core_throughput's codec rows (what one rank's reduction does besides the collective, chunk by
-chunk, for pbit 4-bit votes, pbit 8-bit and 16-bit L1 and onebit, eager and compiled) on a 2**26-element float32
-update on cuda:0. Each row's GB/s counts the float32 update (4 B per element); its `memcpy` is a device-to-device
-copy of the same bytes timed the same way (best of `REPEATS` after a warm-up, the device synchronised around each
-call; GB/s of the bytes copied, not read + written as the phases section counts), so the two are read side by
-side. No process group: core_throughput's reducers plan for 2 ranks without one, as on the CPU.
+chunk, for pbit 4-bit votes, pbit 8-bit and 16-bit L1 and onebit, on each backend of the device: the torch
+reference and the Triton kernels on a GPU) on a 2**26-element float32 update on cuda:0. Each row's GB/s counts the
+float32 update (4 B per element); its `memcpy` is a device-to-device copy of the same bytes timed the same way
+(best of `REPEATS` after a warm-up, the device synchronised around each call; GB/s of the bytes copied, not read +
+written as the phases section counts), so the two are read side by side. No process group: core_throughput's
+reducers plan for 2 ranks without one, as on the CPU.
 """
 from __future__ import annotations
 

@@ -95,14 +95,17 @@ def _within(want: torch.Tensor, got: torch.Tensor, bound: Bound, magnitude: torc
     return ((close & a.isfinite() & b.isfinite()) | (a == b)) | _both_nan(a, b)
 
 
-def beyond(want: torch.Tensor, got: torch.Tensor, bound: Bound, magnitude: torch.Tensor | None = None) -> int:
+def beyond(want: torch.Tensor, got: torch.Tensor, bound: Bound, magnitude: torch.Tensor | None = None,
+           exempt: torch.Tensor | None = None) -> int:
     """How many elements of `got` break `bound` against `want` (a shape or dtype mismatch counts every element);
-    `magnitude`: the `sum` rule's per-element sum of magnitudes."""
+    `magnitude`: the `sum` rule's per-element sum of magnitudes; `exempt`: elements the bound's statement leaves
+    free (e.g. where two devices' log2 may round a code either way), not counted."""
     if want.shape != got.shape or want.dtype != got.dtype:
         return max(want.numel(), got.numel())
     if bound.rule == "sum" and (magnitude is None or magnitude.shape != want.shape):
         raise ValueError("the 'sum' bound needs the magnitudes of the summed terms, one per element")
-    return int((~_within(want, got, bound, magnitude)).sum())
+    broken = ~_within(want, got, bound, magnitude)
+    return int((broken if exempt is None else broken & ~exempt).sum())
 
 
 def largest_gap(want: torch.Tensor, got: torch.Tensor) -> str:

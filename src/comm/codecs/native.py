@@ -1,29 +1,28 @@
-"""Explicit CPU loops for the codec steps inductor does not vectorise well (Lion Cub, Section 6).
+"""The `native` backend: the codecs as explicit C loops for the CPU (Lion Cub, Section 6).
 
-On AVX2, inductor's generated C++ loads every integer vector through a stack copy (`Vectorized<int>::loadu(ptr,
-count)`: a stalled store-to-load forward per vector), so the decoders, which read packed words, ran 4-6x slower than
-a copy of the same bytes, and the L1 encoders 4-5x. `native_kernels.c` holds every encoder and decoder of the
-reducers as plain C loops that the C compiler vectorises for the machine:
+Torch's eager code makes several passes and temporaries per codec, and inductor's AVX2 code loads every integer
+vector through a stack copy (a stalled store-to-load forward per vector), so decoders, which read packed words, ran
+4-6x slower than a copy of the same bytes. `native_kernels.c` holds every encoder and decoder of the reducers as
+plain C loops that the C compiler vectorises for the machine:
 - `encode_votes` (every field width, both tie rules), `encode_signs` (fields of 2 bits or more);
 - `encode_levels` for the l1, linf and linf_nozero codes (flat tensors or [blocks, BLOCK] views), and
   `encode_levels_pieces`, the same codes of a zero-padded chunk read straight from its pieces of the flat vector
-  (the pbit reducer's `encode_pieces`: no padded copy first). The log codes stay on inductor: they take log2, and
-  torch's vectorised log2 is not libm's, so a C loop could not promise the same bits;
+  (the pbit reducer's `encode_pieces`: no padded copy first). The log codes stay on the torch reference: they take
+  log2, and torch's vectorised log2 is not libm's, so a C loop could not promise the same bits;
 - `decode_sums`, `decode_signs_1bit`, `majority_1bit`.
 They compute the same integers and the same float32 operations in the same order as the torch code (rintf for
-torch.round's half to even), so their results are equal bit for bit (tested against the eager path on adversarial
+torch.round's half to even), so their results are equal bit for bit (tested against the reference on adversarial
 inputs: NaN, infinities, -0.0, exact halves, values beyond the levels, subnormals, zero and infinite scales).
 
-`block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in
-torch.sum(x.abs(), dim=1)'s order; it is used only where that order was reproduced bit for bit on this machine
-(checked once; torch's order follows its vector width), else `src.quant.blocks.block_stats` runs.
+`block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in the
+fixed tree of `src.quant.blocks.fold_sum`, so its sums are the reference's bits.
 
-`src.comm.codecs.reference.NATIVE` names the loop that replaces a compiled codec function on plain CPU tensors (each returns
-False, doing nothing, for arguments it does not take; then the inductor kernel runs, same result). The library is
-built on the first call that can use it (a CPU call: a GPU run never builds it), once per source, compiler flags and
+`src.comm.codecs.backend.NATIVE_LOOPS` names the loop that replaces each reference function on plain CPU tensors
+(each returns False, doing nothing, for arguments it does not take; then the reference runs, same result). The
+library is built on the first call that can use it (a GPU run never builds it), once per source, compiler flags and
 CPU (model, ISA, feature flags), under the temporary directory, with `cc -O3 -march=native` (IEEE float semantics:
 no FMA contraction, no fast math), and loaded with ctypes; where no C compiler is found the loops decline and
-inductor's kernels run. GPUs keep the Triton kernels. The loops are single-threaded (the reducers run one thread
+the torch reference runs. GPUs run the Triton kernels. The loops are single-threaded (the reducers run one thread
 per rank).
 """
 from __future__ import annotations
@@ -73,8 +72,8 @@ def _build() -> ctypes.CDLL | None:
         partial = folder / f".codec-{key}-{os.getpid()}.so"
         done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE)], capture_output=True, text=True)
         if done.returncode != 0:
-            warnings.warn(f"lioncub: building {SOURCE.name} failed ({done.stderr.strip()[:300]}); the codecs run "
-                          "inductor's kernels (same results, slower)")
+            warnings.warn(f"lioncub: building {SOURCE.name} failed ({done.stderr.strip()[:300]}); the codecs run the "
+                          "torch reference (same results, slower)")
             return None
         os.replace(partial, library)  # atomic: ranks building at once each install a whole library
     lib = ctypes.CDLL(str(library))
@@ -82,7 +81,7 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_decode_sums.argtypes = [ptr, ptr, i64, i32, f32, i32, i32, f32]
     lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
     lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
-    lib.lc_block_l1.argtypes = [ptr, ptr, i64, i32]
+    lib.lc_block_l1.argtypes = [ptr, ptr, i64]
     lib.lc_encode_votes.argtypes = [ptr, ptr, i64, i32, i32]
     lib.lc_encode_signs.argtypes = [ptr, ptr, i64, i32]
     lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i32, ptr, ptr, i64, i32, i32, i32]
@@ -205,40 +204,16 @@ def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor,
                                            LEVEL_METHODS[method], levels))
 
 
-_LANES: list = []  # [the vector width whose order torch.sum follows here, or None], once checked
-
-
-def _l1_lanes() -> int | None:
-    """The vector width w for which `lc_block_l1` adds in torch.sum(x.abs(), dim=1)'s order on this machine and
-    torch build (checked once on 4096 rows of values spread over 60 binades, bit for bit), or None."""
-    if not _LANES:
-        lanes = None
-        if library() is not None:
-            g = torch.Generator().manual_seed(0)
-            x = torch.randn(4096, 128, generator=g) * torch.exp2(torch.randint(-30, 30, (4096, 1), generator=g).float())
-            x[:, ::7] *= 1e6
-            x[0], x[1, 5], x[2, 9] = 0.0, float("inf"), -0.0
-            expected = torch.sum(x.abs(), dim=1)
-            for width in (8, 16, 4, 32):
-                got = torch.empty_like(expected)
-                library().lc_block_l1(got.data_ptr(), x.data_ptr(), x.shape[0], width)
-                if torch.equal(got.view(torch.int32), expected.view(torch.int32)):
-                    lanes = width
-                    break
-        _LANES.append(lanes)
-    return _LANES[0]
-
-
 def block_l1_ready() -> bool:
-    """Whether `block_l1` can run here: the library is built and reproduces torch.sum's order."""
-    return library() is not None and _l1_lanes() is not None
+    """Whether `block_l1` can run here (the library is built)."""
+    return library() is not None
 
 
 def block_l1(out: torch.Tensor, blocks: torch.Tensor) -> bool:
     """out[i] = sum |blocks[i]| for a [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats('l1')
-    gives it; False (nothing done) where the tensors are not plain CPU ones or the order was not reproduced."""
+    gives it (the same fixed tree); False (nothing done) where the tensors are not plain CPU ones."""
     if (not _plain(out, blocks) or blocks.dtype != torch.float32 or out.dtype != torch.float32 or blocks.dim() != 2
-            or blocks.shape[1] != 128 or out.numel() != blocks.shape[0] or _l1_lanes() is None):
+            or blocks.shape[1] != 128 or out.numel() != blocks.shape[0] or library() is None):
         return False
-    library().lc_block_l1(out.data_ptr(), blocks.data_ptr(), blocks.shape[0], _l1_lanes())
+    library().lc_block_l1(out.data_ptr(), blocks.data_ptr(), blocks.shape[0])
     return True

@@ -5,7 +5,7 @@ Inductor's AVX2 code loads every integer vector through a stack copy (a stalled 
 vector), so its decoders, which read packed integer words, ran 4-6x slower than a copy, and its L1 encoders 4-5x;
 these loops read and write the words directly and the C compiler vectorises them for the machine's ISA. Each
 computes the same integers and the same float32 operations, in the same order, as the torch code of its namesake in
-codec.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE float
+reference.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE float
 semantics), so the results are equal bit for bit. The layout is planar (src/comm/codecs/packing.py): value j m + i of n =
 k m values is field j of word i. */
 #include <stdint.h>
@@ -97,35 +97,17 @@ void lc_majority_1bit(uint8_t *restrict out, const uint8_t *restrict received, i
     }
 }
 
-/* block_l1: per row of 128 floats, sum |x| in the order torch.sum(x.abs(), dim=1) adds them on CPU (its
-   vectorised inner sum with `lanes`-wide vectors: four vector accumulators taking vectors 4i + k in turn, then
-   added together, then their lanes in order); src/comm/codecs/native.py uses it only where it reproduced torch exactly. */
-static inline void block_l1_rows(float *restrict out, const float *restrict x, int64_t rows, const int lanes) {
-    const int width = 128, vectors = width / lanes, groups = vectors / 4;
+/* block_l1: per row of 128 floats, sum |x| added as src/quant/blocks.py `fold_sum` adds it: the first half plus
+   the second half, again and again (64 sums of 2, 32 of 4, ... 1 of 128); every addition is one rounding in a fixed
+   order, so the result is the same bits as the torch reference and the Triton kernel's on any machine. */
+void lc_block_l1(float *restrict out, const float *restrict x, int64_t rows) {
     for (int64_t r = 0; r < rows; r++) {
-        const float *restrict row = x + r * width;
-        float acc[4][64];
-        for (int k = 0; k < 4; k++)
-            for (int l = 0; l < lanes; l++) acc[k][l] = 0.0f;
-        for (int i = 0; i < groups; i++)
-            for (int k = 0; k < 4; k++)
-                for (int l = 0; l < lanes; l++) acc[k][l] += fabsf(row[(4 * i + k) * lanes + l]);
-        for (int i = groups * 4; i < vectors; i++)
-            for (int l = 0; l < lanes; l++) acc[0][l] += fabsf(row[i * lanes + l]);
-        for (int k = 1; k < 4; k++)
-            for (int l = 0; l < lanes; l++) acc[0][l] += acc[k][l];
-        float total = 0.0f;
-        for (int l = 0; l < lanes; l++) total += acc[0][l];
-        out[r] = total;
-    }
-}
-
-void lc_block_l1(float *restrict out, const float *restrict x, int64_t rows, int lanes) {
-    switch (lanes) {  /* constant widths: loops the compiler unrolls and vectorises */
-        case 4: block_l1_rows(out, x, rows, 4); break;
-        case 8: block_l1_rows(out, x, rows, 8); break;
-        case 16: block_l1_rows(out, x, rows, 16); break;
-        default: block_l1_rows(out, x, rows, 32); break;
+        const float *restrict row = x + r * 128;
+        float t[64];
+        for (int i = 0; i < 64; i++) t[i] = fabsf(row[i]) + fabsf(row[i + 64]);
+        for (int width = 32; width >= 1; width /= 2)
+            for (int i = 0; i < width; i++) t[i] = t[i] + t[i + width];
+        out[r] = t[0];
     }
 }
 

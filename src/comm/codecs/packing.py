@@ -8,8 +8,8 @@ upper field of an int32 word never reaches the sign bit and the word sum never o
 
 Layout (planar): `n` values are padded with zeros to `k * m` (k fields per word, m = ceil(n / k) words); value `i`
 sits in word `i % m`, field `i // m`, field 0 in the lowest bits. Every field plane is a contiguous slice of the
-values, so packing and unpacking are a few vectorised passes (and one fused loop under `torch.compile`) on any
-device; the same code runs on CPU and GPU.
+values, so packing and unpacking are a few vectorised passes on any device, and one pass per tile of words in the
+C loops (src/comm/codecs/native.py) and the Triton kernels (src/comm/codecs/triton_kernels.py).
 Deliberate difference from the paper: its CuPy kernels pack consecutive values into one word; the planar order is
 ours (it vectorises without shuffles). The reducers never depend on the order, only on pack/unpack being inverse.
 """
@@ -57,16 +57,7 @@ def fold(planes: torch.Tensor, bits: int) -> torch.Tensor:
     """Words from a [k, m] tensor of field values (bool, or integers <= field_max): field j of word i is
     planes[j, i], i.e. the word is sum_j planes[j] << (bits * j) (fields do not overlap, so the sum is an or)."""
     k, dtype = fields_per_word(bits), word_dtype(bits)
-    if torch.compiler.is_compiling():  # int32 arithmetic and selects: what inductor vectorises
-        if planes.dtype == torch.bool:
-            terms = [torch.where(planes[j], 1 << (bits * j), 0) for j in range(k)]
-        else:
-            terms = [planes[j].to(torch.int32) * (1 << (bits * j)) for j in range(k)]
-        word = terms[0].to(torch.int32)
-        for term in terms[1:]:
-            word = word + term
-        return word.to(dtype)
-    planes = planes.to(dtype)  # eager: in-place shifts and ors on the narrow word type
+    planes = planes.to(dtype)  # in-place shifts and ors on the narrow word type
     word = planes[0].clone()
     for j in range(1, k):
         word.bitwise_or_(planes[j].bitwise_left_shift_(bits * j))

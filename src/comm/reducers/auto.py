@@ -25,7 +25,7 @@ from src.comm.reducers.pbit import field_width
 from src.utils.adjustment import Adjustment
 
 CANDIDATES = ("pbit", "onebit", "ps_tree", "ps_naive")
-OPTIONS = ("quant", "levels", "vote", "zeros", "chunk", "compile", "check_finite")
+OPTIONS = ("quant", "levels", "vote", "zeros", "chunk", "kernels", "check_finite")
 _SAME_VOTE = {"quant": ("sign",), "levels": (1,), "vote": ("majority",), "zeros": ("alternate", "plus", "minus")}
 
 

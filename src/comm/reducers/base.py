@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from src.comm.codecs import backend
 from src.comm.transport.pipeline import Chunk, ChunkPlan, Done
 from src.comm.transport.workspace import Workspace
 from src.utils.adjustment import Adjustment
@@ -195,11 +196,17 @@ class Reduction:
     """One reduction of a flat vector at one step: its plan, step, device, the float32 `scratch` chunk its caller
     computes values and directions in, and what its chunks share (a reducer adds per-layer scales or a stream)."""
 
-    def __init__(self, reducer: Reducer, plan: ChunkPlan, step: int, device: torch.device, checked: bool = False):
+    def __init__(self, reducer: Reducer, plan: ChunkPlan, step: int, device: torch.device, checked: bool = False,
+                 backend: str = "torch"):
         self.reducer, self.plan, self.step, self.device = reducer, plan, step, device
-        self.scratch = reducer.workspace.get("scratch", plan.chunk, torch.float32, device)
         self.checked = checked  # the whole vector was checked for non-finite values up front (`reduce`)
+        self.backend = backend  # which kernels run the codecs (src/comm/codecs/backend.py)
 
-    def kernel(self, fn):
-        """`fn`, compiled where the reducer compiles its kernels for this vector's length (pipelined reducers)."""
-        return self.reducer.kernel(fn, self.plan.numel)
+    @property
+    def scratch(self) -> torch.Tensor:
+        """The float32 chunk the caller computes values and directions in (made on first use)."""
+        return self.reducer.workspace.get("scratch", self.plan.chunk, torch.float32, self.device)
+
+    def codec(self, fn):
+        """The reference codec `fn` as this reduction's backend runs it."""
+        return backend.codec(fn, self.backend)

@@ -20,8 +20,9 @@ Memory a reducer keeps: one float32 scratch chunk (`Reduction.scratch`) and a sl
 flight (plus, for per-layer scales, 4 bytes per block of `src.quant.blocks.BLOCK` elements), whatever the vector's
 length; and the flat direction of `reduce`, only when that is called.
 
-Options: `chunk` (elements per pipelined chunk; 0: the whole vector in one chunk, nothing overlapped) and `compile`
-(`auto`: compiled kernels from COMPILE_MIN_NUMEL elements up; true; false), see src/comm/codecs/reference.py.
+Options: `chunk` (elements per pipelined chunk; 0: the whole vector in one chunk, nothing overlapped; `auto`:
+DEFAULT_CHUNK, a float32 scratch that fits a core's L2 cache) and `kernels` (`auto`, `torch`, `native`, `triton`:
+which backend runs the codecs, chosen per device and vector length by src/comm/codecs/backend.py `choose`).
 """
 from __future__ import annotations
 
@@ -29,14 +30,13 @@ from typing import Generator, Sequence
 
 import torch
 
-from src.comm.codecs import reference as codec
+from src.comm.codecs import backend
+from src.comm.codecs.backend import KernelChoice, check_kernels
 from src.comm.reducers.base import NonFiniteUpdateError, Reducer, Reduction
 from src.comm.transport.device import collective_device
 from src.comm.transport.pipeline import Chunk, ChunkPlan, run_pipeline
 
 DEFAULT_CHUNK = 1 << 21
-COMPILE_MIN_NUMEL = 1 << 20
-COMPILE_CHOICES = (True, False, "auto")
 
 Exchange = Generator[object, None, torch.Tensor]
 
@@ -87,17 +87,19 @@ class ChunkedReducer(Reducer):
 
     pipelined = True
 
-    def __init__(self, group=None, *, chunk: int = DEFAULT_CHUNK, compile="auto", world_size: int | None = None,
+    def __init__(self, group=None, *, chunk: int | str = "auto", kernels: str = "auto", world_size: int | None = None,
                  rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = False,
                  timer=None):
         super().__init__(group, world_size=world_size, rank=rank, segments=segments, check_finite=check_finite,
                          timer=timer)
-        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0:
-            raise ValueError(f"{self.name}: chunk must be a number of elements >= 0 (0: one chunk), got {chunk!r}")
-        if compile not in COMPILE_CHOICES:
-            raise ValueError(f"{self.name}: compile must be true, false or auto, got {compile!r}")
-        self.chunk, self.compile = chunk, compile
+        if chunk != "auto" and (not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 0):
+            raise ValueError(f"{self.name}: chunk must be a number of elements >= 0 (0: one chunk) or auto, "
+                             f"got {chunk!r}")
+        self.kernels = check_kernels(kernels, f"{self.name}: kernels")
+        self.requested_chunk = chunk  # what was asked ("auto" or elements): an optimizer's fused step reads it
+        self.chunk = DEFAULT_CHUNK if chunk == "auto" else chunk
         self._plans: dict[tuple[int, ...], ChunkPlan] = {}
+        self._choices: dict[tuple, KernelChoice] = {}
         self._devices_checked: set[torch.device] = set()
 
     # --- layout ---------------------------------------------------------------------------------------------
@@ -121,11 +123,12 @@ class ChunkedReducer(Reducer):
             self._plans[key] = ChunkPlan(list(sizes), self.chunk, self._align(), self._block())
         return self._plans[key]
 
-    def compiled(self, numel: int) -> bool:
-        return self.compile is True or (self.compile == "auto" and numel >= COMPILE_MIN_NUMEL)
-
-    def kernel(self, fn, numel: int):
-        return codec.kernel(fn, self.compiled(numel))
+    def kernel_choice(self, device: torch.device, numel: int) -> KernelChoice:
+        """The codecs' backend for vectors of `numel` elements on `device` (`kernels` resolved; cached)."""
+        key = (torch.device(device), numel)
+        if key not in self._choices:
+            self._choices[key] = backend.choose(self.kernels, key[0], numel)
+        return self._choices[key]
 
     def slot(self, name: str, slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Buffer `name` of pipeline slot `slot` (one per chunk in flight)."""
@@ -133,9 +136,12 @@ class ChunkedReducer(Reducer):
 
     # --- the per-chunk operations -------------------------------------------------------------------------------
     def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> Reduction:
+        device = torch.device(device)
         if self.live:  # a planning-only reducer (no process group) has no wire to check against
-            self._check_device(torch.device(device))
-        return super().begin(sizes, step, device, checked)
+            self._check_device(device)
+        reduction = super().begin(sizes, step, device, checked)
+        reduction.backend = self.kernel_choice(device, reduction.plan.numel).backend
+        return reduction
 
     def encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         """Q(values) of the chunk into slot `slot`'s wire words (after the opt-in non-finite check); returns them."""

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from src.comm.codecs import reference as codec
 from src.comm.reducers.base import Reduction
-from src.comm.reducers.chunked import DEFAULT_CHUNK, ChunkedReducer
+from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.transport.pipeline import Chunk
 from src.comm.cost.wire_bytes import ring_allreduce_bytes
 
@@ -27,11 +27,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class FullPrecisionReducer(ChunkedReducer):
     """`fp32` / `bf16`: SUM allreduce of the raw updates, then sign (pipelined chunk by chunk)."""
 
-    def __init__(self, group=None, *, dtype: str = "fp32", vote: str = "majority", chunk: int = DEFAULT_CHUNK,
-                 compile="auto", world_size: int | None = None, rank: int | None = None,
+    def __init__(self, group=None, *, dtype: str = "fp32", vote: str = "majority", chunk: int | str = "auto",
+                 kernels: str = "auto", world_size: int | None = None, rank: int | None = None,
                  segments: Sequence[int] | None = None, check_finite: bool = False, timer=None):
         self.name = dtype
-        super().__init__(group, chunk=chunk, compile=compile, world_size=world_size, rank=rank, segments=segments,
+        super().__init__(group, chunk=chunk, kernels=kernels, world_size=world_size, rank=rank, segments=segments,
                          check_finite=check_finite, timer=timer)
         if vote != "majority":
             raise ValueError(f"{dtype}: the full-precision reducer supports vote='majority' only; got {vote!r}")
@@ -43,7 +43,7 @@ class FullPrecisionReducer(ChunkedReducer):
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         buffer = self.slot("buffer", slot, reduction.plan.chunk, self.dtype, reduction.device)[: chunk.length]
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.encode_cast)(buffer, values)
+            reduction.codec(codec.encode_cast)(buffer, values)
         return buffer
 
     def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
@@ -52,7 +52,7 @@ class FullPrecisionReducer(ChunkedReducer):
 
     def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.decode_sign)(out, received)
+            reduction.codec(codec.decode_sign)(out, received)
         return out
 
     def wire_bytes(self, numel: int) -> int:

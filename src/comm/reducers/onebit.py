@@ -14,7 +14,7 @@ multiple of `8 * world_size` elements, so that every rank's part is whole bytes;
 multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
 result never holds a zero.
 Deliberate difference from the paper: none in the algorithm; the paper's CuPy pack/unpack kernels are replaced by
-fused torch kernels (src/comm/codecs/reference.py), and the vector travels in pipelined chunks.
+ours (src/comm/codecs/: torch, C loops, Triton), and the vector travels in pipelined chunks.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from src.comm.codecs import reference as codec
 from src.comm.reducers.base import Reduction, check_choice, tie_value
-from src.comm.reducers.chunked import DEFAULT_CHUNK, ChunkedReducer
+from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.transport.pipeline import Chunk
 from src.comm.cost.wire_bytes import pairwise_all_to_all_bytes, ring_allgather_bytes
 
@@ -39,10 +39,10 @@ class OneBitReducer(ChunkedReducer):
     name = "onebit"
 
     def __init__(self, group=None, *, quant: str = "sign", levels: int = 1, bits: int = 1, vote: str = "majority",
-                 zeros: str = "alternate", chunk: int = DEFAULT_CHUNK, compile="auto", world_size: int | None = None,
-                 rank: int | None = None, segments: Sequence[int] | None = None, check_finite: bool = False,
-                 timer=None):
-        super().__init__(group, chunk=chunk, compile=compile, world_size=world_size, rank=rank, segments=segments,
+                 zeros: str = "alternate", chunk: int | str = "auto", kernels: str = "auto",
+                 world_size: int | None = None, rank: int | None = None, segments: Sequence[int] | None = None,
+                 check_finite: bool = False, timer=None):
+        super().__init__(group, chunk=chunk, kernels=kernels, world_size=world_size, rank=rank, segments=segments,
                          check_finite=check_finite, timer=timer)
         if quant != "sign" or levels != 1 or bits != 1:
             raise ValueError(f"onebit sends 1-bit signs only (quant='sign', levels=1, bits=1); got quant={quant!r}, "
@@ -63,7 +63,7 @@ class OneBitReducer(ChunkedReducer):
         """Step 1: the chunk's votes packed to 1 bit."""
         sent = self.slot("sent", slot, reduction.plan.chunk // 8, torch.uint8, reduction.device)[: chunk.length // 8]
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.encode_votes)(sent, values, tie_value(reduction.step, self.zeros) > 0, 1)
+            reduction.codec(codec.encode_votes)(sent, values, tie_value(reduction.step, self.zeros) > 0, 1)
         return sent
 
     def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
@@ -75,17 +75,21 @@ class OneBitReducer(ChunkedReducer):
         gathered = self.slot("gathered", slot, plan.chunk // 8, torch.uint8, device)[:nbytes]
         yield dist.all_to_all_single(received, wire, group=self.group, async_op=True)
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.majority_1bit)(mine, received, world, tie_value(reduction.step, self.zeros) > 0)
+            reduction.codec(codec.majority_1bit)(mine, received, world, tie_value(reduction.step, self.zeros) > 0)
         yield _all_gather_flat(gathered, mine, group=self.group, async_op=True)
         return gathered
 
     def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The +-1 direction of the gathered majorities, in `out`."""
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.decode_signs_1bit)(out, received)
+            reduction.codec(codec.decode_signs_1bit)(out, received)
         return out
 
     def wire_bytes(self, numel: int) -> int:
-        packed = self.padded_numel(numel) // 8
+        return self.padded_wire_bytes(self.padded_numel(numel))
+
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """Bytes sent for a padded vector of `padded_numel` votes (another layout's, e.g. the fused step's)."""
+        packed = padded_numel // 8
         return (pairwise_all_to_all_bytes(packed, self.world_size)
                 + ring_allgather_bytes(packed // self.world_size, self.world_size))

@@ -67,10 +67,10 @@ class PBitReducer(ChunkedReducer):
     name = "pbit"
 
     def __init__(self, group=None, *, quant: str = "sign", levels: int = 1, bits: int = 8, vote: str = "majority",
-                 zeros: str = "alternate", seed: int = 0, chunk: int = DEFAULT_CHUNK, compile="auto",
+                 zeros: str = "alternate", seed: int = 0, chunk: int | str = "auto", kernels: str = "auto",
                  world_size: int | None = None, rank: int | None = None, segments: Sequence[int] | None = None,
                  check_finite: bool = False, timer=None):
-        super().__init__(group, chunk=chunk, compile=compile, world_size=world_size, rank=rank, segments=segments,
+        super().__init__(group, chunk=chunk, kernels=kernels, world_size=world_size, rank=rank, segments=segments,
                          check_finite=check_finite, timer=timer)
         check_method(quant, levels)
         check_bits(bits)
@@ -110,7 +110,7 @@ class PBitReducer(ChunkedReducer):
         """A reduction with this step's per-layer scales (scaled quantizers) and rounding stream (`linf`)."""
         reduction = super().begin(sizes, step, device, checked)
         if self.scaled:
-            reduction.scales = _Scales(self, reduction.plan, reduction.device)
+            reduction.scales = _Scales(self, reduction.plan, reduction.device, reduction.backend)
         if self.quant in ("linf", "linf_nozero"):
             generator = self._generators.get(reduction.device)
             if generator is None:
@@ -137,24 +137,21 @@ class PBitReducer(ChunkedReducer):
         inverse = reduction.scales.for_chunk(chunk) if self.scaled else None
         with self.timer.phase("quantize"):
             if self.votes:
-                reduction.kernel(codec.encode_votes)(words, values, tie_value(reduction.step, self.zeros) > 0,
-                                                     self.bits)
+                reduction.codec(codec.encode_votes)(words, values, tie_value(reduction.step, self.zeros) > 0,
+                                                    self.bits)
             elif not self.scaled:
-                reduction.kernel(codec.encode_signs)(words, values, self.bits)
+                reduction.codec(codec.encode_signs)(words, values, self.bits)
             else:
                 noise = self._noise(chunk, reduction) if hasattr(reduction, "generator") else None
-                if fields_per_word(self.bits) == 1:  # [blocks, BLOCK] views: the compiled loop needs no division
-                    words, values = words.view(-1, BLOCK), values.view(-1, BLOCK)
-                    noise = None if noise is None else noise.view(-1, BLOCK)
-                reduction.kernel(codec.encode_levels)(words, values, inverse, noise, self.quant, self.levels,
-                                                      self.bits)
-                words = words.view(-1)
+                reduction.codec(codec.encode_levels)(words, values, inverse, noise, self.quant, self.levels,
+                                                     self.bits)
         return words
 
     def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
         """L1 codes of a padded chunk straight from its pieces of the flat vector, with the explicit CPU loop
-        (src/comm/codecs/native.py; compiled kernels only, the same words as the padded copy's encode); else None."""
-        if (self.quant != "l1" or not self.compiled(reduction.plan.numel) or vector.device.type != "cpu"
+        (src/comm/codecs/native.py; the native backend only, the same words as the padded copy's encode); else
+        None."""
+        if (self.quant != "l1" or reduction.backend != "native" or vector.device.type != "cpu"
                 or (self.check_finite and not reduction.checked) or native.library() is None):
             return None
         words = self.words(reduction.plan, slot, reduction.device)[: chunk.length // fields_per_word(self.bits)]
@@ -190,12 +187,16 @@ class PBitReducer(ChunkedReducer):
         offset = world / 2 if self.votes else float(world * self.levels)
         divisor = float(world * (1 if self.votes else self.levels))
         with self.timer.phase("quantize"):
-            reduction.kernel(codec.decode_sums)(out, received, self.bits, offset, self.votes,
+            reduction.codec(codec.decode_sums)(out, received, self.bits, offset, self.votes,
                                                 self.vote == "majority", divisor)
         return out
 
     def wire_bytes(self, numel: int) -> int:
-        return ring_allreduce_bytes(packed_bytes(self.plan(numel).padded_numel, self.bits), self.world_size)
+        return self.padded_wire_bytes(self.plan(numel).padded_numel)
+
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """Bytes sent for a padded vector of `padded_numel` fields (another layout's, e.g. the fused step's)."""
+        return ring_allreduce_bytes(packed_bytes(padded_numel, self.bits), self.world_size)
 
     def scale_tables(self, plan: ChunkPlan, device: torch.device) -> tuple:
         """Per plan and device (cached): the segment of every block (tail padding -> an extra segment whose scale
@@ -246,8 +247,8 @@ class PBitReducer(ChunkedReducer):
 class _Scales:
     """Per-segment inverse scales of one reduction, computed ahead of the first chunk that needs each segment."""
 
-    def __init__(self, reducer: PBitReducer, plan: ChunkPlan, device: torch.device):
-        self.reducer, self.plan = reducer, plan
+    def __init__(self, reducer: PBitReducer, plan: ChunkPlan, device: torch.device, backend: str):
+        self.reducer, self.plan, self.backend = reducer, plan, backend
         tables = reducer.scale_tables(plan, device)
         self.segment_of_block, self.blocks_per_segment, self.sizes, self.needs = tables
         nseg = len(plan.layout.sizes)
@@ -267,7 +268,7 @@ class _Scales:
         with self.reducer.timer.phase("quantize"):
             first = chunk.start // BLOCK
             out = self.stats[first: first + chunk.length // BLOCK]
-            if not (self.reducer.quant == "l1" and native.block_l1(out, values.view(-1, BLOCK))):
+            if not self._kernel_stats(out, values.view(-1, BLOCK)):
                 block_stats(values.view(-1, BLOCK), self.reducer.quant, out=out, buffer=self.buffer)
         self.stats_done += 1
 
@@ -278,9 +279,18 @@ class _Scales:
         with self.reducer.timer.phase("quantize"):
             first = chunk.start // BLOCK
             out = self.stats[first: first + chunk.length // BLOCK]
-            if not (self.reducer.quant == "l1" and self._l1_of_pieces(pieces, out)):
+            if not (self.reducer.quant == "l1" and self.backend == "native" and self._l1_of_pieces(pieces, out)):
                 block_stats_of_pieces(pieces, self.reducer.quant, out, magnitude)
         self.stats_done += 1
+
+    def _kernel_stats(self, out: torch.Tensor, blocks: torch.Tensor) -> bool:
+        """The block statistics by the reduction's backend (the C loop for l1, or Triton); False: the reference."""
+        if self.backend == "native" and self.reducer.quant == "l1":
+            return native.block_l1(out, blocks)
+        if self.backend == "triton":
+            from src.comm.codecs import triton_kernels
+            return triton_kernels.block_stats(out, blocks, self.reducer.quant)
+        return False
 
     def _l1_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
         """L1 block statistics with the explicit CPU loop (src/comm/codecs/native.py), straight from the pieces: whole

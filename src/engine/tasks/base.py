@@ -63,6 +63,10 @@ class Task(ABC):
     def steps_per_epoch(self) -> int | None:
         return None
 
+    def flops_per_unit(self, model: torch.nn.Module) -> int | None:
+        """Training FLOPs (forward and backward) per unit of `units_per_step`; None where not estimated."""
+        return None
+
     @abstractmethod
     def next_batch(self) -> Any:
         """This rank's next training batch, on the device."""

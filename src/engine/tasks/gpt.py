@@ -3,7 +3,7 @@
 Each rank draws its own random windows (`src.data.TokenWindows`, seeded by rank); the loss is the model's
 next-token cross entropy. Evaluation is the validation loss over `train.eval_batches` windows per rank, the same
 windows at every evaluation (the val stream is rewound), averaged over ranks. A step consumes
-batch_size * block_size * world_size tokens.
+batch_size * block_size * world_size tokens, each costing 6 N + 12 L H Q T training FLOPs (src/models/flops.py).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from src.data import TokenWindows
 from src.errors import SetupError
 from src.engine.tasks.base import Task, sum_over_ranks
+from src.models.flops import model_flops_per_token
 from src.models.gpt import check_stated
 
 
@@ -47,6 +48,9 @@ class GPTTask(Task):
 
     def units_per_step(self) -> int:
         return self.cfg.data.batch_size * self.cfg.data.block_size * self.ctx.world_size
+
+    def flops_per_unit(self, model: torch.nn.Module) -> int:
+        return model_flops_per_token(model, self.cfg.data.block_size)
 
     def next_batch(self):
         return self.train.next_batch()

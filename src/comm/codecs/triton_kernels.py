@@ -1,0 +1,356 @@
+"""The `triton` backend: the wire format's encoders and decoders as Triton kernels (Lion Cub, Section 6).
+
+Two layers, both equal to the torch reference (src/comm/codecs/reference.py) bit for bit on the same device:
+- `@triton.jit` helpers over blocks of values: the codes of one field (`vote_fields`, `sign_fields`,
+  `level_fields`), a field's sum out of a word (`field_of`), the direction from a sum (`direction_of`), a block's
+  L1 sum in the fixed tree of src.quant.blocks.fold_sum (`fold_sum_rows`), round half to even (`rne`), and
+  `fma` (one rounding or two, as the torch reference rounds on the device: src/comm/codecs/backend.py
+  `float_rules`). The optimizers' fused steps (src/optim/fused/kernels.py) are built from these;
+- one kernel per reference function (`CODECS`): a wrapper with the reference's signature that launches it and
+  returns True, or returns False (nothing done) for arguments it does not take, and the reference runs.
+
+Layout (src/comm/codecs/packing.py): value j m + i of a chunk of k m values is field j of word i. A program
+handles `TILE // k` words and reads the k field planes of its words, each a contiguous run (coalesced loads).
+Float rules: `x * inverse` is one rounding, as torch's; `/` by the world size follows `reciprocal` (CUDA torch
+multiplies by the float reciprocal, CPU torch divides: backend.float_rules); log2 is libdevice's on the GPU (the
+CUDA math library torch's log2 calls) and NumPy's under the interpreter (torch's CPU log2 may differ from it in the
+last bit, so a log code can differ by one level where log2 falls within an ulp of a half level; the tests allow
+that and nothing else). Triton's own `/` is approximate on the GPU (div.full.f32): the kernels use `div_rn`.
+Deliberate difference from the paper: its CuPy kernels pack consecutive values; these pack planes.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
+from src.quant.blocks import BLOCK
+
+try:  # Triton 3.x: the GPU's math library (log2 as CUDA's log2f computes it)
+    from triton.language.extra import libdevice
+except ImportError:  # pragma: no cover - checked by backend.triton_status (MIN_TRITON)
+    libdevice = None
+
+TILE = 4096       # values per program
+STAT_ROWS = 32    # blocks of BLOCK values per program of the block statistics
+NUM_WARPS = 8
+L1, LINF, LINF_NOZERO, LOG = 0, 1, 2, 3
+METHODS = {"l1": L1, "linf": LINF, "linf_nozero": LINF_NOZERO, "log": LOG}
+ROUNDING = tl.constexpr(12582912.0)  # 1.5 * 2**23: y + ROUNDING - ROUNDING rounds y half to even for |y| < 2**22
+TINY = tl.constexpr(1.1754943508222875e-38)  # torch.finfo(torch.float32).tiny
+
+
+# --- helpers -----------------------------------------------------------------------------------------------------
+@triton.jit
+def fma(x, y, z, MODE: tl.constexpr):
+    """x * y + z rounded as the torch reference rounds `z + alpha * y` on the device (backend.FMA_*)."""
+    if MODE == 0:
+        return tl.fma(x, y, z)
+    elif MODE == 1:  # one rounding in float64 (the product is exact there)
+        return (x.to(tl.float64) * y.to(tl.float64) + z.to(tl.float64)).to(tl.float32)
+    else:
+        return x * y + z
+
+
+@triton.jit
+def rne(y):
+    """torch.round of y (half to even) for |y| < 2**22: the adder rounds y + 1.5 * 2**23 to an integer."""
+    return (y + ROUNDING) - ROUNDING
+
+
+@triton.jit
+def sign_of(x):
+    """torch.sign: +1, -1, or 0 for zeros and NaN."""
+    return (x > 0).to(tl.float32) - (x < 0).to(tl.float32)
+
+
+@triton.jit
+def vote_fields(c, POSITIVE: tl.constexpr):
+    """1 where c votes +1 (c > 0, or c >= 0 with ties to +1; NaN votes 0): reference.encode_votes."""
+    if POSITIVE:
+        return (c >= 0).to(tl.int32)
+    else:
+        return (c > 0).to(tl.int32)
+
+
+@triton.jit
+def sign_fields(c):
+    """sign(c) + 1 in {0, 1, 2}, NaN as zero: reference.encode_signs."""
+    return 1 + (c > 0).to(tl.int32) - (c < 0).to(tl.int32)
+
+
+@triton.jit
+def level_fields(x, inverse, noise, METHOD: tl.constexpr, LEVELS: tl.constexpr, GPU: tl.constexpr):
+    """src.quant.blocks.quantize_blocks' code of x scaled by `inverse`, plus LEVELS (in [0, 2 LEVELS])."""
+    y = x * inverse
+    nan = y != y
+    levels = LEVELS * 1.0
+    if METHOD == 0:  # l1: round, then clamp (clamping to +-(L+1) first keeps rne exact and changes nothing)
+        q = rne(tl.minimum(tl.maximum(tl.where(nan, 0.0, y), -levels - 1.0), levels + 1.0))
+        q = tl.minimum(tl.maximum(q, -levels), levels)
+    elif METHOD == 3:  # log: clamp(round(log2(max(|y|, tiny))) + L, 0, L) * sign(x)
+        a = tl.maximum(tl.abs(tl.where(nan, 1.0, y)), TINY)
+        if GPU:
+            lg = libdevice.log2(a)
+        else:
+            lg = tl.log2(a)
+        q = tl.minimum(tl.maximum(rne(lg) + levels, 0.0), levels) * sign_of(x)
+    else:  # linf, linf_nozero: floor + (u < fraction), clamped. y is clamped to +-(L + 2) first (the clamp after
+        # gives the same codes) so that floor can be rne(y) - (rne(y) > y): tl.floor flushes subnormals on the GPU
+        y = tl.minimum(tl.maximum(tl.where(nan, 0.0, y), -levels - 2.0), levels + 2.0)
+        r = rne(y)
+        f = r - (r > y).to(tl.float32)
+        q = tl.minimum(tl.maximum(f + (noise < y - f).to(tl.float32), -levels), levels)
+        if METHOD == 2:
+            q = tl.where((q == 0) & (x != 0), sign_of(x), q)
+    q = tl.where(nan, 0.0, q)
+    return q.to(tl.int32) + LEVELS
+
+
+@triton.jit
+def field_of(word, j: tl.constexpr, BITS: tl.constexpr):
+    """Field j of int32 words (a field's sum after the allreduce)."""
+    return (word >> (BITS * j)) & ((1 << BITS) - 1)
+
+
+@triton.jit
+def direction_of(total, offset, divisor, VOTES: tl.constexpr, MAJORITY: tl.constexpr, RECIPROCAL: tl.constexpr):
+    """reference.decode_sums of one field's sum: S = T - offset (2 (T - offset) for votes), then sign(S), or S over
+    `divisor` (a multiplication by it where RECIPROCAL: then `divisor` holds the float reciprocal)."""
+    s = total.to(tl.float32) - offset
+    if VOTES:
+        s = s * 2.0
+    if MAJORITY:
+        d = sign_of(s)
+    elif RECIPROCAL:
+        d = s * divisor
+    else:
+        d = tl.math.div_rn(s, divisor)
+    return d
+
+
+@triton.jit
+def fold_sum_rows(a, ROWS: tl.constexpr):
+    """Per row of a [ROWS, 128] block, src.quant.blocks.fold_sum: halves added, 64 sums of 2 ... 1 of 128."""
+    s = tl.sum(tl.reshape(a, (ROWS, 2, 64)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 32)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 16)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 8)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 4)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 2)), axis=1)
+    s = tl.sum(tl.reshape(s, (ROWS, 2, 1)), axis=1)
+    return tl.reshape(s, (ROWS,))
+
+
+@triton.jit
+def max_rows(a):
+    """Per row, the maximum, NaN where the row holds a NaN (torch.amax propagates NaN)."""
+    largest = tl.max(a, axis=1)
+    return tl.where(tl.max((a != a).to(tl.int32), axis=1) > 0, float("nan"), largest)
+
+
+# --- the codec kernels ---------------------------------------------------------------------------------------------
+@triton.jit
+def _encode_kernel(out_ptr, x_ptr, inverse_ptr, noise_ptr, m, KIND: tl.constexpr, POSITIVE: tl.constexpr,
+                   METHOD: tl.constexpr, LEVELS: tl.constexpr, BITS: tl.constexpr, K: tl.constexpr,
+                   GPU: tl.constexpr, WORDS: tl.constexpr):
+    """Votes (KIND 0), signs (1) or levels (2) of k m values into m words."""
+    w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
+    inside = w < m
+    word = tl.zeros((WORDS,), tl.int32)
+    for j in tl.static_range(K):
+        e = j * m + w
+        x = tl.load(x_ptr + e, mask=inside, other=0.0)
+        if KIND == 0:
+            field = vote_fields(x, POSITIVE)
+        elif KIND == 1:
+            field = sign_fields(x)
+        else:
+            inverse = tl.load(inverse_ptr + e // 128, mask=inside, other=0.0)
+            if METHOD == 1 or METHOD == 2:
+                noise = tl.load(noise_ptr + e, mask=inside, other=0.0)
+            else:
+                noise = 0.0
+            field = level_fields(x, inverse, noise, METHOD, LEVELS, GPU)
+        word = word | (field << (BITS * j))
+    tl.store(out_ptr + w, word.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _decode_sums_kernel(out_ptr, words_ptr, m, offset, divisor, BITS: tl.constexpr, K: tl.constexpr,
+                        VOTES: tl.constexpr, MAJORITY: tl.constexpr, RECIPROCAL: tl.constexpr,
+                        WORDS: tl.constexpr):
+    w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
+    inside = w < m
+    word = tl.load(words_ptr + w, mask=inside, other=0).to(tl.int32)
+    for j in tl.static_range(K):
+        d = direction_of(field_of(word, j, BITS), offset, divisor, VOTES, MAJORITY, RECIPROCAL)
+        tl.store(out_ptr + j * m + w, d, mask=inside)
+
+
+@triton.jit
+def _majority_kernel(out_ptr, received_ptr, m, world_size, threshold, WORDS: tl.constexpr):
+    """Per bit of m bytes, set where at least `threshold` of the world_size copies have it set."""
+    w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
+    inside = w < m
+    bits = tl.arange(0, 8)
+    count = tl.zeros((WORDS, 8), tl.int32)
+    for r in range(world_size):
+        byte = tl.load(received_ptr + r * m + w, mask=inside, other=0).to(tl.int32)
+        count += (byte[:, None] >> bits[None, :]) & 1
+    voted = tl.sum((count >= threshold).to(tl.int32) << bits[None, :], axis=1)  # disjoint bits: the sum is an or
+    tl.store(out_ptr + w, voted.to(tl.uint8), mask=inside)
+
+
+@triton.jit
+def _signs_1bit_kernel(out_ptr, words_ptr, m, WORDS: tl.constexpr):
+    w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
+    inside = w < m
+    word = tl.load(words_ptr + w, mask=inside, other=0).to(tl.int32)
+    for j in tl.static_range(8):
+        tl.store(out_ptr + j * m + w, ((word >> j) & 1).to(tl.float32) * 2.0 - 1.0, mask=inside)
+
+
+@triton.jit
+def _block_stats_kernel(out_ptr, x_ptr, rows, MAXIMUM: tl.constexpr, ROWS: tl.constexpr):
+    """Per block of 128 values: sum |x| in the fixed tree, or max |x| (NaN-propagating)."""
+    r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    inside = r < rows
+    a = tl.abs(tl.load(x_ptr + r[:, None] * 128 + tl.arange(0, 128)[None, :], mask=inside[:, None], other=0.0))
+    if MAXIMUM:
+        stat = max_rows(a)
+    else:
+        stat = fold_sum_rows(a, ROWS)
+    tl.store(out_ptr + r, stat, mask=inside)
+
+
+# --- wrappers with the reference's signatures ------------------------------------------------------------------------
+# Whether @triton.jit made interpreted functions (TRITON_INTERPRET=1 when this module was imported): they run on CPU
+# tensors only, compiled ones on CUDA tensors only.
+INTERPRETED = type(_encode_kernel).__name__ == "InterpretedFunction"
+
+
+def launch(kernel, grid: tuple, *args, **options) -> None:
+    """Launch `kernel` on `grid`: every kernel of the project goes through here (one place to count launches).
+    Under the interpreter, NumPy's warnings for the IEEE results of inf * 0 and the like are silenced."""
+    if INTERPRETED:
+        import numpy as np
+        with np.errstate(all="ignore"):
+            kernel[grid](*args, **options)
+    else:
+        kernel[grid](*args, **options)
+
+
+def _plain(*tensors: torch.Tensor) -> bool:
+    """Contiguous, on one device the kernels run on (a CUDA device, or the CPU under the interpreter)."""
+    device = tensors[0].device
+    return (device.type == ("cpu" if INTERPRETED else "cuda")
+            and all(t is None or (t.is_contiguous() and t.device == device) for t in tensors))
+
+
+def _words_for(out: torch.Tensor, values: int, bits: int) -> bool:
+    return (bits in FIELD_WIDTHS and out.dtype == word_dtype(bits) and values % fields_per_word(bits) == 0
+            and out.numel() * fields_per_word(bits) == values)
+
+
+def _grid(m: int, words: int) -> tuple[int]:
+    return (max(triton.cdiv(m, words), 1),)
+
+
+def _gpu(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda"
+
+
+def _launch_encode(out, x, inverse, noise, kind, positive, method, levels, bits) -> bool:
+    k = fields_per_word(bits)
+    m, words = out.numel(), TILE // k
+    if m:
+        launch(_encode_kernel, _grid(m, words), out, x, inverse if inverse is not None else x,
+               noise if noise is not None else x, m, kind, bool(positive), method, levels, bits, k, _gpu(x), words,
+               num_warps=NUM_WARPS)
+    return True
+
+
+def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: int) -> bool:
+    if not (_plain(out, update) and update.dtype == torch.float32 and _words_for(out, update.numel(), bits)):
+        return False
+    return _launch_encode(out, update, None, None, 0, positive, 0, 1, bits)
+
+
+def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
+    if not (_plain(out, update) and update.dtype == torch.float32 and bits > 1
+            and _words_for(out, update.numel(), bits)):
+        return False
+    return _launch_encode(out, update, None, None, 1, True, 0, 1, bits)
+
+
+def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
+                  method: str, levels: int, bits: int) -> bool:
+    """reference.encode_levels; `update` flat or [blocks, BLOCK], `inverse` one scale per block of BLOCK values."""
+    n = update.numel()
+    noisy = method in ("linf", "linf_nozero")
+    if not (_plain(out, update, inverse, noise) and method in METHODS and update.dtype == torch.float32
+            and inverse.dtype == torch.float32 and inverse.numel() * BLOCK == n and _words_for(out, n, bits)
+            and 1 <= 2 * levels <= (1 << bits) - 1 and (not noisy or (noise is not None and noise.numel() == n))):
+        return False
+    return _launch_encode(out, update, inverse, noise if noisy else None, 2, True, METHODS[method], levels, bits)
+
+
+def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float, votes: bool, majority: bool,
+                divisor: float, reciprocal: bool | None = None) -> bool:
+    """reference.decode_sums; an average divides as torch does on the device (reciprocal on CUDA)."""
+    if not (_plain(out, words) and out.dtype == torch.float32 and _words_for(words, out.numel(), bits)):
+        return False
+    k = fields_per_word(bits)
+    m, per = words.numel(), TILE // k
+    reciprocal = _gpu(out) if reciprocal is None else reciprocal
+    factor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32)) if reciprocal else divisor
+    if m:
+        launch(_decode_sums_kernel, _grid(m, per), out, words, m, float(offset), factor, bits, k, bool(votes),
+               bool(majority), bool(reciprocal), per, num_warps=NUM_WARPS)
+    return True
+
+
+def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, positive: bool) -> bool:
+    if not (_plain(out, received) and out.dtype == torch.uint8 and received.dtype == torch.uint8
+            and received.numel() == world_size * out.numel()):
+        return False
+    m = out.numel()
+    threshold = (world_size + 1) // 2 if positive else world_size // 2 + 1
+    if m:
+        launch(_majority_kernel, _grid(m, TILE // 8), out, received, m, world_size, threshold, TILE // 8,
+               num_warps=NUM_WARPS)
+    return True
+
+
+def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
+    if not (_plain(out, words) and out.dtype == torch.float32 and words.dtype == torch.uint8
+            and out.numel() == 8 * words.numel()):
+        return False
+    m = words.numel()
+    if m:
+        launch(_signs_1bit_kernel, _grid(m, TILE // 8), out, words, m, TILE // 8, num_warps=NUM_WARPS)
+    return True
+
+
+def block_stats(out: torch.Tensor, blocks: torch.Tensor, method: str) -> bool:
+    """src.quant.blocks.block_stats of a [rows, BLOCK] float32 view into `out`; False where not taken."""
+    if not (_plain(out, blocks) and blocks.dtype == torch.float32 and out.dtype == torch.float32
+            and blocks.dim() == 2 and blocks.shape[1] == BLOCK and out.numel() == blocks.shape[0]):
+        return False
+    rows = blocks.shape[0]
+    if rows:
+        launch(_block_stats_kernel, _grid(rows, STAT_ROWS), out, blocks, rows, method != "l1", STAT_ROWS,
+               num_warps=NUM_WARPS)
+    return True
+
+
+def _codecs() -> dict:
+    from src.comm.codecs import reference
+    return {reference.encode_votes: encode_votes, reference.encode_signs: encode_signs,
+            reference.encode_levels: encode_levels, reference.decode_sums: decode_sums,
+            reference.majority_1bit: majority_1bit, reference.decode_signs_1bit: decode_signs_1bit}
+
+
+CODECS = _codecs()

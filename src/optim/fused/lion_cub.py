@@ -1,0 +1,225 @@
+"""Lion Cub's step as a few Triton kernels over all parameters (Lion Cub, Algorithm 1 and Section 6).
+
+The chunked step (src/optim/lion_cub.py) runs Algorithm 1 chunk by chunk of an L2-sized scratch, with torch ops or
+C loops per chunk: right for a CPU, host-bound on a GPU (hundreds of chunks, thousands of launches). Here the
+parameters, gradients and momenta are views of flat buffers (src/optim/fused/buffers.py) cut into buckets sized for
+the wire (`BUCKET` elements: 32 MiB of 4-bit fields), and each bucket takes:
+  1. `cub_encode` (one kernel): read m and g, write the new m and the packed Q(c) (c = beta1 m + (1 - beta1) g);
+  2. the reducer's collective(s) on the words (`reducer.exchange`: pbit's SUM allreduce; onebit's all-to-all, its
+     Triton majority kernel and allgather), asynchronous, two buckets in flight (src/comm/transport/pipeline.py);
+  3. `cub_apply` (one kernel): read the summed words and p, write p.
+Per-layer scales (quant l1 or log) need every layer's statistics before its first code: one `cub_stats` kernel over
+all parameters first (a second read of m and g), then the scales with the same torch functions the reference uses
+(src.quant.blocks.segment_inverse: a few launches for the whole vector). So a step is 2 launches per bucket plus a
+constant few, whatever the number of layers. With overlap, every bucket's encode and collective is launched in
+`step()` and its apply runs in the next forward pass, as on the chunked path (src/optim/overlap.py). Momentum sync
+averages the chosen layers' momenta in place: the whole momentum buffer for `layers: all`, else the chosen blocks
+gathered with one `index_select`, allreduced and put back with one `index_copy_`.
+
+The layout differs from the chunked path's (every parameter starts at a multiple of 128 elements; buckets instead
+of chunks), which changes nothing per element: votes and codes are per element, and a layer's scale is its own.
+The words on the wire are then those of another permutation, the same codes; the parameters and momenta after a
+step equal the chunked path's bit for bit on the same device (src/comm/codecs/backend.py `float_rules`), except
+momentum sync at 3 or more ranks, where the collective may add the ranks' momenta in another order (ranks still
+agree bit for bit). Which reducers: `pbit` (sign votes, exact-zero signs, l1 and log levels) and `onebit`; the
+parameter servers, stochastic rounding (linf: its noise is drawn chunk by chunk from torch's generator) and the
+neighbours' reducers keep the chunked step.
+Deliberate difference from the paper: its step also runs kernel by kernel per layer (CuPy); ours is fused.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+import triton
+
+from src.comm.codecs import triton_kernels
+from src.comm.codecs.backend import float_rules
+from src.comm.codecs.packing import fields_per_word
+from src.comm.reducers.base import NonFiniteUpdateError, Reduction, tie_value
+from src.comm.reducers.onebit import OneBitReducer
+from src.comm.reducers.pbit import PBitReducer
+from src.comm.transport.pipeline import Chunk, ChunkPlan, run_pipeline
+from src.optim.chunked_step import StepRun
+from src.optim.fused import kernels
+from src.optim.fused.buffers import FlatBuffers, HyperTable, block_table, check_flat
+from src.quant.blocks import BLOCK, segment_inverse
+
+BUCKET = 1 << 26  # elements per bucket with `chunk: auto`
+WORDS_PER_PROGRAM = 4096  # values per program of the encode and apply kernels (divided by the fields per word)
+STAT_ROWS = 32
+NUM_WARPS = 8
+
+
+def unsupported(reducer, params: Sequence[torch.Tensor], names: Sequence[str]) -> str | None:
+    """Why the fused step cannot run this reducer on these parameters (None: it can)."""
+    if type(reducer) not in (PBitReducer, OneBitReducer):
+        return f"the fused step runs pbit and onebit, not {reducer.name}"
+    if isinstance(reducer, PBitReducer) and reducer.quant in ("linf", "linf_nozero"):
+        return f"quant {reducer.quant} draws its rounding noise from torch's generator chunk by chunk"
+    return check_flat(params, names)
+
+
+class FusedLionCub:
+    """The fused step's state (flat buffers, bucket plan, tables) and its per-bucket operations; the same interface
+    as the chunked step (src/optim/chunked_step.py `ChunkedLionCub`)."""
+
+    fused = True
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], names: Sequence[str], group_of: Sequence[int],
+                 groups: int, reducer: PBitReducer | OneBitReducer, timer):
+        self.reducer, self.timer = reducer, timer
+        device = params[0].device
+        self.device, self.rules = device, float_rules(device)
+        bucket = BUCKET if reducer.requested_chunk == "auto" else reducer.requested_chunk
+        align = math.lcm(reducer._align(), BLOCK)
+        self.plan = ChunkPlan([p.numel() for p in params], bucket, align, BLOCK)
+        self.buffers = FlatBuffers(params, names, self.plan.layout, self.plan.padded_numel)
+        nblocks = self.plan.padded_numel // BLOCK
+        self.group_of_block = block_table(self.plan.layout, nblocks, group_of, 0, device)
+        self.hyper = HyperTable(groups, device)
+        self.onebit = isinstance(reducer, OneBitReducer)
+        self.scaled = not self.onebit and reducer.scaled
+        self.bits = 1 if self.onebit else reducer.bits
+
+    def new_momentum(self, k: int) -> torch.Tensor:
+        """Parameter k's momentum: its view of the momentum buffer."""
+        return self.buffers.momentum_views[k]
+
+    def adopt_momenta(self, momenta: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Copy loaded momenta into the momentum buffer; the views that now hold them."""
+        return self.buffers.adopt_momenta(momenta)
+
+    def zero_grad(self) -> bool:
+        """Zero the gradient buffer with one kernel, keeping `.grad` its views (True: done)."""
+        self.buffers.zero_grad()
+        return True
+
+    # --- one step ---------------------------------------------------------------------------------------------
+    def begin(self, step: int, param_groups: list[dict]) -> StepRun:
+        """This step over the bucket plan: flat buffers checked, hyperparameters uploaded, and for scaled
+        quantizers every block's inverse scale computed."""
+        self.buffers.adopt()
+        self.hyper.update([HyperTable.row(g["lr"], g["weight_decay"], *g["betas"]) for g in param_groups])
+        reduction = Reduction(self.reducer, self.plan, step, self.device, backend="triton")
+        if self.reducer.check_finite:
+            self._check_finite(step)
+        if self.scaled:
+            with self.timer.phase("quantize"):
+                reduction.inverse = self._inverse_scales()
+        return StepRun(reduction, lambda chunk, slot: self.bucket_step(reduction, chunk, slot))
+
+    def _check_finite(self, step: int) -> None:
+        """The opt-in non-finite check (a host synchronisation): c is finite where m and g are."""
+        bad = int((~torch.isfinite(self.buffers.grads)).sum() + (~torch.isfinite(self.buffers.momenta)).sum())
+        if bad:
+            raise NonFiniteUpdateError(
+                f"{self.reducer.name}: gradients or momenta on rank {self.reducer.rank} hold {bad} non-finite "
+                f"value(s) at step {step}; nothing was sent. Check the loss and gradients (gradient clipping does "
+                "not remove NaN).")
+
+    def _inverse_scales(self) -> torch.Tensor:
+        """Every block's inverse scale: block statistics of c (one kernel), then the reference's segment scales."""
+        reducer, layout = self.reducer, self.plan.layout
+        segment_of_block, blocks_per_segment, sizes, _ = reducer.scale_tables(self.plan, self.device)
+        stats = reducer.workspace.get("block_stats", layout.nblocks, torch.float32, self.device)
+        if layout.nblocks:
+            triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, STAT_ROWS),), stats,
+                                  self.buffers.momenta, self.buffers.grads, self.group_of_block, self.hyper.table,
+                                  layout.nblocks, reducer.quant != "l1", self.rules.fma, STAT_ROWS,
+                                  num_warps=NUM_WARPS)
+        inverse = segment_inverse(stats, blocks_per_segment, sizes, reducer.quant, reducer.levels)
+        return torch.index_select(torch.cat([inverse, inverse.new_zeros(1)]), 0, segment_of_block)
+
+    def bucket_step(self, reduction: Reduction, chunk: Chunk, slot: int):
+        """Algorithm 1 on one bucket: a generator that yields its collectives' work handles."""
+        with self.timer.phase("quantize"):
+            wire = self._encode(reduction, chunk, slot)
+        received = yield from self.reducer.exchange(reduction, chunk, wire, slot)
+        with self.timer.phase("update"):
+            self._apply(reduction, chunk, received)
+
+    def _encode(self, reduction: Reduction, chunk: Chunk, slot: int) -> torch.Tensor:
+        """`cub_encode` of the bucket into the slot's words."""
+        reducer, k = self.reducer, fields_per_word(self.bits)
+        m_words, end = chunk.length // k, chunk.start + chunk.length
+        if self.onebit:
+            words = reducer.slot("sent", slot, self.plan.chunk // 8, torch.uint8, self.device)[:m_words]
+            kind, method, levels = kernels.VOTES, 0, 1
+        else:
+            words = reducer.words(self.plan, slot, self.device)[:m_words]
+            kind = kernels.VOTES if reducer.votes else kernels.LEVELS_KIND if self.scaled else kernels.SIGNS
+            method = triton_kernels.METHODS.get(reducer.quant, 0)
+            levels = reducer.levels
+        inverse = reduction.inverse if self.scaled else self.buffers.grads
+        positive = tie_value(reduction.step, reducer.zeros) > 0 if kind == kernels.VOTES else True
+        words_per_program = WORDS_PER_PROGRAM // k
+        triton_kernels.launch(kernels.cub_encode, (max(triton.cdiv(m_words, words_per_program), 1),), words,
+                              self.buffers.momenta[chunk.start: end], self.buffers.grads[chunk.start: end],
+                              self.group_of_block, self.hyper.table, inverse, m_words, chunk.start // BLOCK, kind,
+                              positive, method, levels, self.bits, k, self.rules.fma, self.rules.gpu,
+                              words_per_program, num_warps=NUM_WARPS)
+        return words
+
+    def _apply(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor) -> None:
+        """`cub_apply` of the bucket's summed words (onebit: the gathered majorities)."""
+        reducer, k = self.reducer, fields_per_word(self.bits)
+        m_words, world = chunk.length // k, reducer.world_size
+        votes = self.onebit or reducer.votes
+        offset = world / 2 if votes else float(world * reducer.levels)
+        divisor = float(world * (1 if votes else reducer.levels))
+        majority = self.onebit or reducer.vote == "majority"
+        if self.rules.reciprocal_divide and not majority:
+            divisor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32))
+        words_per_program = WORDS_PER_PROGRAM // k
+        end = chunk.start + chunk.length
+        triton_kernels.launch(kernels.cub_apply, (max(triton.cdiv(m_words, words_per_program), 1),),
+                              self.buffers.params[chunk.start: end], received, self.group_of_block, self.hyper.table,
+                              m_words, chunk.start // BLOCK, offset, divisor, self.onebit, self.bits, k, votes,
+                              majority, self.rules.reciprocal_divide, self.rules.fma, words_per_program,
+                              num_warps=NUM_WARPS)
+
+    # --- momentum synchronisation (Section 5) -------------------------------------------------------------------
+    def sync_momenta(self, selected: Sequence[bool], world_size: int, group) -> None:
+        """Average the momenta of the `selected` parameters across the ranks of `group`, in place."""
+        momenta = self.buffers.momenta
+        if all(selected):
+            self._allreduce_mean(momenta, world_size, group)
+            return
+        blocks = self._selected_blocks(selected)
+        if blocks.numel() == 0:
+            return
+        rows = momenta.view(-1, BLOCK)
+        staged = torch.index_select(rows, 0, blocks)
+        self._allreduce_mean(staged.view(-1), world_size, group)
+        rows.index_copy_(0, blocks, staged)
+
+    def _selected_blocks(self, selected: Sequence[bool]) -> torch.Tensor:
+        key = tuple(bool(s) for s in selected)
+        if getattr(self, "_selection", (None,))[0] != key:
+            layout = self.plan.layout
+            chosen = [torch.arange(layout.padded_starts[s] // BLOCK, layout.padded_starts[s] // BLOCK
+                                   + layout.blocks[s]) for s, keep in enumerate(key) if keep]
+            blocks = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.int64)
+            self._selection = (key, blocks.to(self.device))
+        return self._selection[1]
+
+    def _allreduce_mean(self, flat: torch.Tensor, world_size: int, group) -> None:
+        """SUM allreduce of `flat` in bucket-sized pieces, two in flight, each divided by world_size in place."""
+        plan = ChunkPlan([flat.numel()], self.plan.chunk, 1)
+
+        def stages(chunk: Chunk, slot: int):
+            piece = flat[chunk.start: chunk.start + chunk.length]
+            yield dist.all_reduce(piece, op=dist.ReduceOp.SUM, group=group, async_op=True)
+            with self.timer.phase("communicate"):
+                piece.div_(world_size)
+
+        run_pipeline(plan.chunks, stages, self.timer)
+
+    def buffer_bytes(self) -> int:
+        """Tables and wire buffers kept between steps (the flat buffers replace parameters, gradients, momenta)."""
+        tables = self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4
+        return tables
+
