@@ -381,8 +381,8 @@ def test_main_runs_the_chosen_sections_and_writes_the_report(monkeypatch, tmp_pa
     """The main loop past the CUDA test (faked here: the device section itself runs for real and describes this
     CPU): the section runs under its budget, report.md and report.json are written, exit 0 when all passed."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert main(["--out", str(tmp_path), "--only", "device", "--budget-scale", "4"]) == 0
-    assert "gpu-check: device (budget 60 s)" in capsys.readouterr().out
+    assert main(["--out", str(tmp_path), "--only", "device", "--budget-scale", "4"]) == 0  # 4 x 10 s
+    assert "gpu-check: device (budget 40 s)" in capsys.readouterr().out
     written = json.loads((tmp_path / "report.json").read_text())
     assert [s["name"] for s in written["sections"]] == ["device"] and written["sections"][0]["status"] == "passed"
     assert (tmp_path / "report.md").read_text().startswith("# lioncub GPU check\n\n**PASSED**: 1 of 1 sections")

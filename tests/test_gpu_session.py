@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_budgets_leave_the_reserve_and_the_exit_status_says_what_passed():
     bench, check = session.budgets(600, 0)
-    assert bench == session.BENCH_S == 170 and check == 600 - 25 - 170 - 30
-    assert session.budgets(600, 500)[0] == 15  # a late start: the bench shrinks, the check keeps its minimum
+    assert bench == session.BENCH_S == 150 and check == 600 - 20 - 150 - 30
+    assert session.budgets(600, 500)[0] == 20  # a late start: the bench shrinks, the check keeps its minimum
     assert session.budgets(600, 590) == (0.0, 0.0)
     assert session.outcome(0, 0) == 0 and session.outcome(0, 1) == 1 and session.outcome(1, None) == 1
     assert session.outcome(3, None) == 3 and session.outcome(3, 3) == 3 and session.outcome(0, None) == 1
@@ -125,7 +125,7 @@ def test_the_whole_session_on_a_machine_without_cuda_exits_3_with_its_summary(tm
 def test_a_dry_run_prints_the_plan(capsys, tmp_path):
     assert session.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--dry-run"]) == 0
     plan = capsys.readouterr().out.splitlines()
-    assert plan[1].startswith("make gpu-bench") and "--budget-s 170" in plan[1]
+    assert plan[1].startswith("make gpu-bench") and "--budget-s 150" in plan[1]
     assert f"--reuse {tmp_path / 'work' / 'bench' / 'report.json'}" in plan[2]
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 

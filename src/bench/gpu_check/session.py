@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-LIMIT_S, RESERVE_S, BENCH_S, CHECK_MIN_S, MAKE_GRACE_S = 600.0, 25.0, 170.0, 60.0, 30.0
+LIMIT_S, RESERVE_S, BENCH_S, CHECK_MIN_S, MAKE_GRACE_S = 600.0, 20.0, 150.0, 60.0, 30.0
 MAX_FILES, MAX_BYTES = 8, 16 * 2**20
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 OUTCOMES = ("passed", "FAILED", "not run: usage or install", "not run: no CUDA")

@@ -243,7 +243,7 @@ def run(result, workdir: Path, parallel: int = 8) -> None:
     data_dir = workdir / "demo_text"
     prepare_demo_text(data_dir)
     ranks = min(torch.cuda.device_count(), 2)
-    runs = Runs(workdir / "training", data_dir, ranks, deadline_s=100)
+    runs = Runs(workdir / "training", data_dir, ranks, deadline_s=110)
     jobs = [lambda v=v: runs.variant(v) for v in VARIANTS]
     jobs += [runs.determinism, runs.cpu_checkpoint_on_gpu, runs.nonfinite_stop]
     if ranks >= 2:
