@@ -41,3 +41,19 @@ def test_the_cost_model_imports_without_torch():
     code = "import sys, src.comm.cost.model, src.comm.cost.wire_bytes; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+INSIDE_COMM = {  # a sub-package of src.comm -> the sub-packages it must never import (docs/architecture.md)
+    "src.comm.codecs": ("src.comm.reducers", "src.comm.transport", "src.comm.cost"),
+    "src.comm.transport": ("src.comm.reducers",),
+    "src.comm.cost": ("src.comm.codecs", "src.comm.reducers", "src.comm.transport"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(INSIDE_COMM))
+def test_the_wire_format_knows_no_reducer_and_the_cost_model_no_kernel(package):
+    folder = REPO / package.replace(".", "/")
+    wrong = [f"{path.relative_to(REPO)} imports {module}" for path in sorted(folder.rglob("*.py"))
+             for module in sorted(imported_modules(path))
+             if any(module == up or module.startswith(up + ".") for up in INSIDE_COMM[package])]
+    assert not wrong, "\n".join(wrong)

@@ -101,13 +101,16 @@ void lc_majority_1bit(uint8_t *restrict out, const uint8_t *restrict received, i
    the second half, again and again (64 sums of 2, 32 of 4, ... 1 of 128); every addition is one rounding in a fixed
    order, so the result is the same bits as the torch reference and the Triton kernel's on any machine. */
 void lc_block_l1(float *restrict out, const float *restrict x, int64_t rows) {
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = 0; r < rows; r++) {  /* one stage per width: loops of constant length the compiler vectorises */
         const float *restrict row = x + r * 128;
-        float t[64];
-        for (int i = 0; i < 64; i++) t[i] = fabsf(row[i]) + fabsf(row[i + 64]);
-        for (int width = 32; width >= 1; width /= 2)
-            for (int i = 0; i < width; i++) t[i] = t[i] + t[i + width];
-        out[r] = t[0];
+        float a[64], b[32], c[16], d[8], e[4], f[2];
+        for (int i = 0; i < 64; i++) a[i] = fabsf(row[i]) + fabsf(row[i + 64]);
+        for (int i = 0; i < 32; i++) b[i] = a[i] + a[i + 32];
+        for (int i = 0; i < 16; i++) c[i] = b[i] + b[i + 16];
+        for (int i = 0; i < 8; i++) d[i] = c[i] + c[i + 8];
+        for (int i = 0; i < 4; i++) e[i] = d[i] + d[i + 4];
+        for (int i = 0; i < 2; i++) f[i] = e[i] + e[i + 2];
+        out[r] = f[0] + f[1];
     }
 }
 

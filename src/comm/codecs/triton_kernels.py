@@ -190,13 +190,14 @@ def _decode_sums_kernel(out_ptr, words_ptr, m, offset, divisor, BITS: tl.constex
 
 
 @triton.jit
-def _majority_kernel(out_ptr, received_ptr, m, world_size, threshold, WORDS: tl.constexpr):
-    """Per bit of m bytes, set where at least `threshold` of the world_size copies have it set."""
+def _majority_kernel(out_ptr, received_ptr, m, threshold, WORLD_SIZE: tl.constexpr, WORDS: tl.constexpr):
+    """Per bit of m bytes, set where at least `threshold` of the WORLD_SIZE copies have it set (a loop, not
+    unrolled; the world size is a compile-time constant, one compilation per run)."""
     w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
     inside = w < m
     bits = tl.arange(0, 8)
     count = tl.zeros((WORDS, 8), tl.int32)
-    for r in range(world_size):
+    for r in range(WORLD_SIZE):
         byte = tl.load(received_ptr + r * m + w, mask=inside, other=0).to(tl.int32)
         count += (byte[:, None] >> bits[None, :]) & 1
     voted = tl.sum((count >= threshold).to(tl.int32) << bits[None, :], axis=1)  # disjoint bits: the sum is an or
@@ -319,7 +320,7 @@ def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, po
     m = out.numel()
     threshold = (world_size + 1) // 2 if positive else world_size // 2 + 1
     if m:
-        launch(_majority_kernel, _grid(m, TILE // 8), out, received, m, world_size, threshold, TILE // 8,
+        launch(_majority_kernel, _grid(m, TILE // 8), out, received, m, threshold, world_size, TILE // 8,
                num_warps=NUM_WARPS)
     return True
 

@@ -28,9 +28,8 @@ from src.comm.reducers.base import Reduction, check_choice, tie_value
 from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.transport.pipeline import Chunk
 from src.comm.cost.wire_bytes import pairwise_all_to_all_bytes, ring_allgather_bytes
+from src.comm.transport.collectives import all_gather_flat
 
-# torch 2.14 renamed all_gather_into_tensor (now deprecated) to all_gather_single; accept either torch.
-_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class OneBitReducer(ChunkedReducer):
@@ -76,7 +75,7 @@ class OneBitReducer(ChunkedReducer):
         yield dist.all_to_all_single(received, wire, group=self.group, async_op=True)
         with self.timer.phase("quantize"):
             reduction.codec(codec.majority_1bit)(mine, received, world, tie_value(reduction.step, self.zeros) > 0)
-        yield _all_gather_flat(gathered, mine, group=self.group, async_op=True)
+        yield all_gather_flat(gathered, mine, group=self.group, async_op=True)
         return gathered
 
     def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
