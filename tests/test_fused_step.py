@@ -85,10 +85,10 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 @pytest.fixture(scope="module")
 def one_rank():
     import torch.distributed as dist
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
+    dist.destroy_process_group()  # the other tests of this process expect none
 
 
 @pytest.mark.parametrize("name", list(REDUCERS))

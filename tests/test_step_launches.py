@@ -19,10 +19,10 @@ from src.bench.step_launches import count_step, narrow_gpt
 
 @pytest.fixture(scope="module", autouse=True)
 def one_rank():
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
+    dist.destroy_process_group()  # the other tests of this process expect none
 
 
 # per variant: (Triton launches, torch kernels, collectives) of one fused step of one bucket

@@ -26,7 +26,12 @@ STEPS, EVERY = 12, 4
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "TORCHELASTIC_RESTART_COUNT")
 VARIANTS = {"lion32": ["variant=lion32"],
             "cub8_sync": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all"],
-            "cub4": ["variant=cub4"], "cub1": ["variant=cub1"]}
+            "cub4": ["variant=cub4"], "cub1": ["variant=cub1"],
+            # the fused steps (src/optim/fused/), under Triton's interpreter here (tests/conftest.py)
+            "cub4_fused": ["variant=cub4", "variant.kernels=triton"],
+            "cub8_sync_fused": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all",
+                                "variant.kernels=triton"],
+            "lion32_fused": ["variant=lion32", "variant.kernels=triton"]}
 _REFERENCES: dict[str, Path] = {}
 
 
@@ -117,13 +122,26 @@ def interrupt_and_resume(variant: str, demo_tokens: Path, run_dir: Path) -> None
 @pytest.mark.parametrize("variant", [pytest.param("lion32", marks=pytest.mark.slow),
                                      pytest.param("cub8_sync", marks=pytest.mark.slow),
                                      pytest.param("cub4", marks=pytest.mark.slow),
-                                     pytest.param("cub1", marks=pytest.mark.slow)])
+                                     pytest.param("cub1", marks=pytest.mark.slow),
+                                     pytest.param("cub4_fused", marks=pytest.mark.slow),
+                                     pytest.param("lion32_fused", marks=pytest.mark.slow)])
 def test_resumed_run_equals_uninterrupted_bitwise(variant, demo_tokens, tmp_path, tmp_path_factory):
     ref = reference(variant, demo_tokens, tmp_path_factory)
     interrupt_and_resume(variant, demo_tokens, tmp_path / "run")
     assert_same_run(tmp_path / "run", ref)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["resumed_from"].endswith("step_00000008") and summary["ranks_in_sync"] is True
+
+
+@pytest.mark.slow  # whole training runs, the fused ones under Triton's interpreter
+@pytest.mark.parametrize("variant", ["cub4", "cub8_sync", "lion32"])
+def test_the_fused_step_trains_bitwise_like_the_chunked_step(variant, demo_tokens, tmp_path_factory):
+    """Whole runs (2 ranks, guard, checkpoints, evaluations): the fused step's losses, final model and every rank's
+    momenta equal the chunked step's (the C loops on this CPU) bit for bit; the record names the fused kernels."""
+    fused = reference(f"{variant}_fused", demo_tokens, tmp_path_factory)
+    assert_same_run(fused, reference(variant, demo_tokens, tmp_path_factory))
+    adjusted = json.loads((fused / "summary.json").read_text())["config_adjusted"]["variant.kernels"]
+    assert adjusted["requested"] == "triton" and adjusted["used"] == "triton" and "fused" in adjusted["why"]
 
 
 @pytest.mark.slow  # a whole training run (or several): over 30 s on 2 cores

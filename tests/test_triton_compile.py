@@ -50,9 +50,15 @@ def _workload() -> None:
     blocks = torch.randn(64, 128)
     for method in ("l1", "linf"):
         triton_kernels.block_stats(torch.empty(64), blocks, method)
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        _fused_steps()
+    finally:
+        dist.destroy_process_group()  # the other tests of this process expect none
+
+
+def _fused_steps() -> None:
     for reducer in REDUCERS.values():
         model = build_gpt(None, n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)
         optimizer = LionCub(parameter_groups(model, 0.1), reducer={**reducer, "chunk": 4096}, kernels="triton")
@@ -77,7 +83,8 @@ def _uses_log(launch: dict) -> bool:
 
 @pytest.mark.skipif(not _cuda_backend(), reason="this Triton has no CUDA backend (ptxas)")
 @pytest.mark.parametrize("arch", [90, pytest.param(80, marks=pytest.mark.slow)])
-def test_every_kernel_compiles_for_the_gpu_with_ieee_arithmetic(tmp_path, arch):
+def test_every_kernel_compiles_for_the_gpu_with_ieee_arithmetic(tmp_path, arch, monkeypatch):
+    monkeypatch.setattr(triton_kernels, "INTERPRETER_TILE", triton_kernels.GPU_TILE)  # the GPU's tiles recorded
     launches = []
     with record(launches):
         _workload()

@@ -4,32 +4,22 @@ The codecs exist as one torch reference (src/comm/codecs/reference.py) and per b
 CPU's C loops, "triton"): `src.comm.codecs.backend.codec(fn, backend)` gives the callable, `triton_status(device)`
 None where the Triton kernels run, else the one-line reason. The optimizers and reducers take
 `kernels: auto | triton | native | torch` (conf/variant/*.yaml); a built optimizer exposes `kernels` (the resolved
-backend) and `fused`.
-
-Everything the check needs of that interface goes through this module, so a tree without it still runs the check
-on the torch path (the sections then say the Triton backend was not compared).
+backend) and `fused`. Everything the check needs of that interface goes through this module.
 """
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
-try:  # the codec backends (src/comm/codecs/backend.py)
-    from src.comm.codecs.backend import codec as _codec, triton_status as _triton_status
-except ImportError:  # a tree with the torch reference only
-    _codec = _triton_status = None
-
-NO_BACKENDS = "src.comm.codecs.backend is not in this tree: only the torch reference runs"
+from src.comm.codecs.backend import codec as _codec, triton_status as _triton_status
 
 
 def codec_for(fn: Callable, backend: str) -> Callable[..., bool] | None:
     """A callable that runs the reference codec `fn` on `backend` and returns whether the backend's own kernel ran
     (False: it declined these arguments, and the reference ran instead); None where the backend has no kernel of
-    its own for `fn` (or this tree has no such backend)."""
+    its own for `fn`."""
     if backend == "torch":
         return lambda *args: fn(*args) or True
-    if _codec is None:
-        return None
     runner = _codec(fn, backend)
     if runner is fn:
         return None
@@ -47,12 +37,12 @@ def codec_for(fn: Callable, backend: str) -> Callable[..., bool] | None:
 
 def block_stats_for(backend: str) -> Callable[..., bool] | None:
     """`(out, blocks, method) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference, or
-    Triton's kernel where it takes the arguments); None where this tree has no such backend."""
+    Triton's kernel where it takes the arguments); None for another backend."""
     from src.quant.blocks import block_stats
 
     if backend == "torch":
         return lambda out, blocks, method: out.copy_(block_stats(blocks, method)) is not None
-    if backend != "triton" or _codec is None:
+    if backend != "triton":
         return None
     from src.comm.codecs import triton_kernels
 
@@ -61,8 +51,6 @@ def block_stats_for(backend: str) -> Callable[..., bool] | None:
 
 def triton_unavailable(device) -> str | None:
     """None where the Triton kernels run on `device`, else why not (one line)."""
-    if _triton_status is None:
-        return NO_BACKENDS
     return _triton_status(device)
 
 
@@ -75,7 +63,7 @@ def device_backends(device) -> tuple[tuple[str, ...], str | None]:
 
 
 def kernel_option(cls, backend: str) -> dict:
-    """{"kernels": backend} where `cls` (a reducer class) takes the option, else {} (a tree without it)."""
+    """{"kernels": backend} where `cls` (a reducer class) takes the option (the neighbours' reducers do not)."""
     return {"kernels": backend} if "kernels" in inspect.signature(cls.__init__).parameters else {}
 
 

@@ -10,7 +10,7 @@ Two layers, both equal to the torch reference (src/comm/codecs/reference.py) bit
   returns True, or returns False (nothing done) for arguments it does not take, and the reference runs.
 
 Layout (src/comm/codecs/packing.py): value j m + i of a chunk of k m values is field j of word i. A program
-handles `TILE // k` words and reads the k field planes of its words, each a contiguous run (coalesced loads).
+handles `tile(gpu) // k` words and reads the k field planes of its words, each a contiguous run (coalesced loads).
 Float rules: `x * inverse` is one rounding, as torch's; `/` by the world size follows `reciprocal` (CUDA torch
 multiplies by the float reciprocal, CPU torch divides: backend.float_rules); log2 is libdevice's on the GPU (the
 CUDA math library torch's log2 calls) and NumPy's under the interpreter (torch's CPU log2 may differ from it in the
@@ -32,8 +32,8 @@ try:  # Triton 3.x: the GPU's math library (log2 as CUDA's log2f computes it)
 except ImportError:  # pragma: no cover - checked by backend.triton_status (MIN_TRITON)
     libdevice = None
 
-TILE = 4096       # values per program
-STAT_ROWS = 32    # blocks of BLOCK values per program of the block statistics
+GPU_TILE = 4096            # values per program on a GPU (a program's loads stay in registers)
+INTERPRETER_TILE = 1 << 16  # under the interpreter: each program is NumPy calls, fewer and larger is faster
 NUM_WARPS = 8
 L1, LINF, LINF_NOZERO, LOG = 0, 1, 2, 3
 METHODS = {"l1": L1, "linf": LINF, "linf_nozero": LINF_NOZERO, "log": LOG}
@@ -255,6 +255,16 @@ def _words_for(out: torch.Tensor, values: int, bits: int) -> bool:
             and out.numel() * fields_per_word(bits) == values)
 
 
+def tile(gpu: bool) -> int:
+    """Values per program: `GPU_TILE` on a GPU, `INTERPRETER_TILE` under the interpreter (the same results)."""
+    return GPU_TILE if gpu else INTERPRETER_TILE
+
+
+def stat_rows(gpu: bool) -> int:
+    """Blocks of BLOCK values per program of the block statistics."""
+    return tile(gpu) // BLOCK
+
+
 def _grid(m: int, words: int) -> tuple[int]:
     return (max(triton.cdiv(m, words), 1),)
 
@@ -265,7 +275,7 @@ def _gpu(t: torch.Tensor) -> bool:
 
 def _launch_encode(out, x, inverse, noise, kind, positive, method, levels, bits) -> bool:
     k = fields_per_word(bits)
-    m, words = out.numel(), TILE // k
+    m, words = out.numel(), tile(_gpu(x)) // k
     if m:
         launch(_encode_kernel, _grid(m, words), out, x, inverse if inverse is not None else x,
                noise if noise is not None else x, m, kind, bool(positive), method, levels, bits, k, _gpu(x), words,
@@ -304,7 +314,7 @@ def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float
     if not (_plain(out, words) and out.dtype == torch.float32 and _words_for(words, out.numel(), bits)):
         return False
     k = fields_per_word(bits)
-    m, per = words.numel(), TILE // k
+    m, per = words.numel(), tile(_gpu(out)) // k
     reciprocal = _gpu(out) if reciprocal is None else reciprocal
     factor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32)) if reciprocal else divisor
     if m:
@@ -320,7 +330,8 @@ def majority_1bit(out: torch.Tensor, received: torch.Tensor, world_size: int, po
     m = out.numel()
     threshold = (world_size + 1) // 2 if positive else world_size // 2 + 1
     if m:
-        launch(_majority_kernel, _grid(m, TILE // 8), out, received, m, threshold, world_size, TILE // 8,
+        per = tile(_gpu(out)) // 8
+        launch(_majority_kernel, _grid(m, per), out, received, m, threshold, world_size, per,
                num_warps=NUM_WARPS)
     return True
 
@@ -331,7 +342,8 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
         return False
     m = words.numel()
     if m:
-        launch(_signs_1bit_kernel, _grid(m, TILE // 8), out, words, m, TILE // 8, num_warps=NUM_WARPS)
+        per = tile(_gpu(out)) // 8
+        launch(_signs_1bit_kernel, _grid(m, per), out, words, m, per, num_warps=NUM_WARPS)
     return True
 
 
@@ -342,7 +354,8 @@ def block_stats(out: torch.Tensor, blocks: torch.Tensor, method: str) -> bool:
         return False
     rows = blocks.shape[0]
     if rows:
-        launch(_block_stats_kernel, _grid(rows, STAT_ROWS), out, blocks, rows, method != "l1", STAT_ROWS,
+        per = stat_rows(_gpu(out))
+        launch(_block_stats_kernel, _grid(rows, per), out, blocks, rows, method != "l1", per,
                num_warps=NUM_WARPS)
     return True
 

@@ -26,7 +26,6 @@ from src.optim.fused import kernels
 from src.optim.fused.buffers import FlatBuffers, HyperTable, block_table, check_flat
 from src.quant.blocks import BLOCK, BlockLayout
 
-ELEMENTS_PER_PROGRAM = 4096
 NUM_WARPS = 8
 
 
@@ -63,11 +62,11 @@ class FusedLion:
             summed = self.comm
         with self.timer.phase("communicate"):
             dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=self.group)
-        n = self.layout.padded_numel
+        n, per = self.layout.padded_numel, triton_kernels.tile(self.rules.gpu)
         with self.timer.phase("update"):
-            triton_kernels.launch(kernels.lion_update, (max(triton.cdiv(n, ELEMENTS_PER_PROGRAM), 1),),
+            triton_kernels.launch(kernels.lion_update, (max(triton.cdiv(n, per), 1),),
                                   self.buffers.params, self.buffers.momenta, summed, self.group_of_block,
-                                  self.hyper.table, n, float(self.world_size), self.rules.fma, ELEMENTS_PER_PROGRAM,
+                                  self.hyper.table, n, float(self.world_size), self.rules.fma, per,
                                   num_warps=NUM_WARPS)
 
     def zero_grad(self) -> None:

@@ -48,8 +48,6 @@ from src.optim.fused.buffers import FlatBuffers, HyperTable, block_table, check_
 from src.quant.blocks import BLOCK, segment_inverse
 
 BUCKET = 1 << 26  # elements per bucket with `chunk: auto`
-WORDS_PER_PROGRAM = 4096  # values per program of the encode and apply kernels (divided by the fields per word)
-STAT_ROWS = 32
 NUM_WARPS = 8
 
 
@@ -126,9 +124,10 @@ class FusedLionCub:
         segment_of_block, blocks_per_segment, sizes, _ = reducer.scale_tables(self.plan, self.device)
         stats = reducer.workspace.get("block_stats", layout.nblocks, torch.float32, self.device)
         if layout.nblocks:
-            triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, STAT_ROWS),), stats,
+            rows = triton_kernels.stat_rows(self.rules.gpu)
+            triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, rows),), stats,
                                   self.buffers.momenta, self.buffers.grads, self.group_of_block, self.hyper.table,
-                                  layout.nblocks, reducer.quant != "l1", self.rules.fma, STAT_ROWS,
+                                  layout.nblocks, reducer.quant != "l1", self.rules.fma, rows,
                                   num_warps=NUM_WARPS)
         inverse = segment_inverse(stats, blocks_per_segment, sizes, reducer.quant, reducer.levels)
         return torch.index_select(torch.cat([inverse, inverse.new_zeros(1)]), 0, segment_of_block)
@@ -155,7 +154,7 @@ class FusedLionCub:
             levels = reducer.levels
         inverse = reduction.inverse if self.scaled else self.buffers.grads
         positive = tie_value(reduction.step, reducer.zeros) > 0 if kind == kernels.VOTES else True
-        words_per_program = WORDS_PER_PROGRAM // k
+        words_per_program = triton_kernels.tile(self.rules.gpu) // k
         triton_kernels.launch(kernels.cub_encode, (max(triton.cdiv(m_words, words_per_program), 1),), words,
                               self.buffers.momenta[chunk.start: end], self.buffers.grads[chunk.start: end],
                               self.group_of_block, self.hyper.table, inverse, m_words, chunk.start // BLOCK, kind,
@@ -173,7 +172,7 @@ class FusedLionCub:
         majority = self.onebit or reducer.vote == "majority"
         if self.rules.reciprocal_divide and not majority:
             divisor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32))
-        words_per_program = WORDS_PER_PROGRAM // k
+        words_per_program = triton_kernels.tile(self.rules.gpu) // k
         end = chunk.start + chunk.length
         triton_kernels.launch(kernels.cub_apply, (max(triton.cdiv(m_words, words_per_program), 1),),
                               self.buffers.params[chunk.start: end], received, self.group_of_block, self.hyper.table,
