@@ -43,7 +43,11 @@ def test_nothing_is_recorded_where_the_configuration_is_used_as_asked(demo_token
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "-> " not in "".join(x for x in proc.stdout.splitlines() if x.startswith("lioncub: variant."))
-    assert json.loads((run_dir / "summary.json").read_text())["config_adjusted"] == {}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["config_adjusted"] == {}
+    kernels = summary["kernels"]  # what runs is recorded also where it is what was asked
+    assert (kernels["requested"], kernels["used"], kernels["fused"], kernels["why"]) == ("torch", "torch", False,
+                                                                                      "asked for")
 
 
 def test_train_compile_auto_on_a_cpu_is_printed_and_recorded_as_false(demo_tokens, tmp_path):

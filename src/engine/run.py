@@ -17,7 +17,8 @@ widened to hold the world's sums, `reducer: auto`'s pick, the kernels `variant.k
 `optimizer.adjustments()`, src/optim/interface.py) and `train.compile: auto`'s resolution (src.engine.compile) are
 printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why), as is a
 compile that failed; `config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the
-candidates' predicted times under `reducer_auto` (src.comm.reducers.auto). The module the loop calls is compiled
+candidates' predicted times under `reducer_auto` (src.comm.reducers.auto), and for the optimizers with a choice of
+kernels what runs under `kernels` (requested, used, fused, why), also where it is what was asked. The module the loop calls is compiled
 last, after the optimizer is built and a checkpoint restored; everything else keeps the plain model. summary.json
 and the end-of-run lines give the throughput (tokens/s or images/s) and, for a GPT on a GPU, the model FLOPs
 utilisation (src.engine.throughput).
@@ -384,6 +385,8 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                                       ctx.world_size, ctx.device))
         adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
         summary["config_adjusted"] = recorded(adjusted)
+        if optimizer.kernels_record() is not None:
+            summary["kernels"] = optimizer.kernels_record()
         if optimizer.reducer_choice is not None:
             summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:

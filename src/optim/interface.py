@@ -8,7 +8,9 @@
   from the optimizer's model of its collectives (`wire_bytes`, src/comm/cost/wire_bytes.py), for the run summary;
 - `adjustments()`: every value the optimizer uses in place of the one its configuration asked for (a field width
   widened to hold the world's sums, `reducer: auto`'s pick), for the start-of-run lines and `summary.json`;
-- `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.reducers.auto.AutoChoice), None otherwise.
+- `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.reducers.auto.AutoChoice), None otherwise;
+- `kernels_record()`: for the optimizers with a choice of kernels (`variant.kernels`: LionCub, GradAllreduceLion),
+  what runs (requested, used, fused, why: summary.json `kernels`), None for the others.
 Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
 and evaluation.
 
@@ -56,3 +58,10 @@ class LoopOptimizer:
 
     def adjustments(self) -> list[Adjustment]:
         return []
+
+    def kernels_record(self) -> dict | None:
+        """What runs, where the optimizer chose its kernels (`kernel_choice`, `fused`); None otherwise."""
+        choice = getattr(self, "kernel_choice", None)
+        if choice is None:
+            return None
+        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why}
