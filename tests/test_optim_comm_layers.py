@@ -28,12 +28,17 @@ def imported_modules(path: Path) -> set[str]:
     return out
 
 
+def imports_of(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    """Each import of a module of `forbidden` (or below it) by a file of `package`, one line each."""
+    folder = REPO / package.replace(".", "/")
+    return [f"{path.relative_to(REPO)} imports {module}" for path in sorted(folder.rglob("*.py"))
+            for module in sorted(imported_modules(path))
+            if any(module == up or module.startswith(up + ".") for up in forbidden)]
+
+
 @pytest.mark.parametrize("package", sorted(ABOVE))
 def test_a_layer_never_imports_the_layers_above_it(package):
-    folder = REPO / package.replace(".", "/")
-    wrong = [f"{path.relative_to(REPO)} imports {module}" for path in sorted(folder.rglob("*.py"))
-             for module in sorted(imported_modules(path))
-             if any(module == up or module.startswith(up + ".") for up in ABOVE[package])]
+    wrong = imports_of(package, ABOVE[package])
     assert not wrong, "\n".join(wrong)
 
 
@@ -52,8 +57,5 @@ INSIDE_COMM = {  # a sub-package of src.comm -> the sub-packages it must never i
 
 @pytest.mark.parametrize("package", sorted(INSIDE_COMM))
 def test_the_wire_format_knows_no_reducer_and_the_cost_model_no_kernel(package):
-    folder = REPO / package.replace(".", "/")
-    wrong = [f"{path.relative_to(REPO)} imports {module}" for path in sorted(folder.rglob("*.py"))
-             for module in sorted(imported_modules(path))
-             if any(module == up or module.startswith(up + ".") for up in INSIDE_COMM[package])]
+    wrong = imports_of(package, INSIDE_COMM[package])
     assert not wrong, "\n".join(wrong)
