@@ -1,4 +1,5 @@
-"""src/distributed/process_group.py: launch environment, device/backend choice, network env, one-process group (Section 7)."""
+"""src/distributed/process_group.py: launch environment, device/backend choice, network env, one-process group (Section
+7)."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -34,7 +34,8 @@ REDUCERS = {"cub4": dict(name="pbit", quant="sign", bits=4), "cub8": dict(name="
 
 
 def _model(frozen: bool = True) -> torch.nn.Module:
-    """A GPT with tied embeddings, sizes that are not multiples of 8 (vocabulary 101, width 36), one frozen norm weight."""
+    """A GPT with tied embeddings, sizes that are not multiples of 8 (vocabulary 101, width 36), a frozen norm
+    weight."""
     torch.manual_seed(0)
     model = build_gpt(None, n_layer=2, n_head=2, n_embd=36, block_size=13, vocab_size=101, tie_embeddings=True)
     if frozen:

@@ -6,7 +6,8 @@
 Rows:
 - `pack`/`unpack` at field widths 1, 2, 4, 8, 16: GB/s of the values (one byte each, four for 16-bit fields);
 - `quantize` per method: GB/s of the float32 input (the reference `src.quant.quantize`);
-- `encode` / `decode` per reducer setting and backend (`torch`; `native` on CPU, `triton` on CUDA): what one rank's reduction does besides
+- `encode` / `decode` per reducer setting and backend (`torch`; `native` on CPU, `triton` on CUDA): what one rank's
+reduction does besides
   the collective, chunk by chunk as the reducer does it (pbit: per-layer scales, quantize, shift and pack; then
   from summed words to the direction; onebit: votes and packing; then the local majority over P = 2 copies and
   the +-1 direction), in ms, GB/s of the float32 update and ms per 774M parameters (the Table A.1 model size);

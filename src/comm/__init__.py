@@ -36,8 +36,8 @@ alpha-beta model, bytes per algorithm, the network section). The optimizers' fus
 the wire format; nothing here knows an optimizer.
 
 Importing `src.comm` imports no reducer and no torch: `make_reducer`, `REDUCERS` and the names below load
-`src.comm.reducers.registry` on first use, so a light module of the package (`src.comm.cost.model`, `src.comm.cost.wire_bytes`) can be
-imported alone by code that has no torch.
+`src.comm.reducers.registry` on first use, so a light module of the package (`src.comm.cost.model`,
+`src.comm.cost.wire_bytes`) can be imported alone by code that has no torch.
 """
 from __future__ import annotations
 

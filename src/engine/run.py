@@ -18,10 +18,10 @@ widened to hold the world's sums, `reducer: auto`'s pick, the kernels `variant.k
 printed once by rank 0 at start and kept in summary.json under `config_adjusted` (requested, used, why), as is a
 compile that failed; `config.yaml` stays what was asked. With `reducer: auto`, summary.json also keeps the
 candidates' predicted times under `reducer_auto` (src.comm.reducers.auto), and for the optimizers with a choice of
-kernels what runs under `kernels` (requested, used, fused, why), also where it is what was asked. The module the loop calls is compiled
-last, after the optimizer is built and a checkpoint restored; everything else keeps the plain model. summary.json
-and the end-of-run lines give the throughput (tokens/s or images/s) and, for a GPT on a GPU, the model FLOPs
-utilisation (src.engine.throughput).
+kernels what runs under `kernels` (requested, used, fused, why), also where it is what was asked. The module the loop
+calls is compiled last, after the optimizer is built and a checkpoint restored; everything else keeps the plain model.
+summary.json and the end-of-run lines give the throughput (tokens/s or images/s) and, for a GPT on a GPU, the model
+FLOPs utilisation (src.engine.throughput).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older

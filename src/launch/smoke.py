@@ -6,8 +6,8 @@ Every rank contributes `rank + 1` in each of `numel` float32 elements to one SUM
 `world_size * (world_size + 1) / 2` everywhere. It prints one line per rank with the bytes its host's link
 (GLOO_SOCKET_IFNAME) sent during the allreduce, read from /sys/class/net/<ifname>/statistics/tx_bytes, so a caller
 can see the traffic crossed the emulated link, and the cores the rank may run on (its affinity) and its torch thread
-count, after `src.distributed.threads` applied the launcher's share. `--fail-rank R` makes rank R raise after the check, to
-exercise a launcher's failure path. Exits non-zero when the result is wrong.
+count, after `src.distributed.threads` applied the launcher's share. `--fail-rank R` makes rank R raise after the check,
+to exercise a launcher's failure path. Exits non-zero when the result is wrong.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 for Efficient Data Parallelism in LLM Training", anonymous ACL submission: Algorithm 1, Section 3, Section 4.1).
 
 Each step, every trainable gradient is flattened into one vector and handed to the `bitdp` reducer
-(`src.comm.reducers.ultra_low_bit`): the weights of linear layers are quantized per output channel to 1 bit (sign) or 2 bits
-(ternary with the paper's threshold 3/4 of the channel's mean magnitude), their packed codes allgathered and summed
+(`src.comm.reducers.ultra_low_bit`): the weights of linear layers are quantized per output channel to 1 bit (sign) or 2
+bits (ternary with the paper's threshold 3/4 of the channel's mean magnitude), their packed codes allgathered and summed
 locally, the channel scales and every other tensor (biases, embeddings, norms: Algorithm 1's List holds linear
 weights only) averaged in full precision; the average goes back into `.grad` and AdamW steps (Section 4.1 trains with
 AdamW). Phases: `quantize` (flattening, quantization, packing, decoding), `communicate`, `update` (AdamW).

@@ -7,8 +7,8 @@ the optim config.
 
 `reducer: {name: auto, ...}` (conf/variant/cub_auto.yaml) is resolved here, at build time, into the concrete
 Lion Cub reducer and field width that Table 1's model predicts to be fastest for the world size, the trainable
-parameter count and the network's alpha and beta (src.comm.reducers.auto, src.comm.cost.network_fit); the caller passes the
-network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice` and
+parameter count and the network's alpha and beta (src.comm.reducers.auto, src.comm.cost.network_fit); the caller passes
+the network config (or its `NetworkCosts`) as `network=`. The optimizer keeps the choice in `reducer_choice` and
 lists it in `adjustments()` (src/optim/interface.py).
 
 Weight decay goes to parameters with 2 or more dimensions only (matrices and embeddings), as in nanoGPT, on which
@@ -97,7 +97,8 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
                     weight_decay: float, group=None,
                     network: Network | Mapping | NetworkCosts | None = None) -> LoopOptimizer:
     """The optimizer of `variant` over `model`'s trainable parameters: a `LoopOptimizer` (src/optim/interface.py).
-    With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice (src.comm.reducers.auto.AutoChoice)."""
+    With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice
+    (src.comm.reducers.auto.AutoChoice)."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
     groups = parameter_groups(model, weight_decay)

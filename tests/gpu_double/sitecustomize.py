@@ -26,7 +26,8 @@ from pathlib import Path
 
 _OUT = os.environ.get("LIONCUB_GPU_DOUBLE")
 _REPO = Path(__file__).resolve().parents[2]
-# Branches on `device.type == "cpu"` that a GPU run never takes: 1-bit packing through numpy (src/comm/codecs/packing.py)
+# Branches on `device.type == "cpu"` that a GPU run never takes: 1-bit packing through numpy
+# (src/comm/codecs/packing.py)
 CPU_ONLY = (("src/comm/codecs/packing.py", "pack"), ("src/comm/codecs/packing.py", "unpack"))
 _KEEP: list = []
 

@@ -1,6 +1,6 @@
 """The network section of the configuration (`conf/network/*.yaml`, Lion Cub Section 7's Ethernet and InfiniBand
-settings) as the typed object the process group (src.distributed.process_group) and the alpha-beta model of `reducer: auto`
-(src.comm.cost.network_fit) read.
+settings) as the typed object the process group (src.distributed.process_group) and the alpha-beta model of `reducer:
+auto` (src.comm.cost.network_fit) read.
 
 Every value comes from the YAML: the required keys have no default here, and a key the YAML may leave out (the
 emulated cluster's record, the paper-equivalent link's keys) is None when it does. `Network.parse` checks a mapping

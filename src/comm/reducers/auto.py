@@ -78,7 +78,8 @@ def _check(options: dict) -> None:
                          f"{', '.join(OPTIONS)}")
     for key, allowed in _SAME_VOTE.items():
         if key in options and options[key] not in allowed:
-            raise ValueError(f"reducer 'auto' chooses among reducers of the sign majority vote ({', '.join(CANDIDATES)})"
+            raise ValueError(f"reducer 'auto' chooses among reducers of the sign majority vote "
+                             f"({', '.join(CANDIDATES)})"
                              f" and needs {key} in {list(allowed)}; got {key}={options[key]!r}")
 
 

@@ -13,10 +13,10 @@ Non-finite input: the training loop votes on finite losses and gradients before 
 (src/reliability/nonfinite.py), so by default a reducer does not look (that look is a host synchronisation per
 step). Unchecked, non-finite values still give well-defined codes (a NaN votes -1 and quantizes to 0; an infinity
 votes by its sign and makes its layer's scaled codes 0), so every rank receives the same finite direction and the
-replicas stay identical; the rank's own momentum keeps the NaN. With `check_finite=True` (a direct user of LionCub without the loop may want it), a
-non-finite value is rejected on the rank that holds it with `NonFiniteUpdateError` before it is quantized or sent
-(the other ranks then fail in their collective, and torchrun tears the job down). A world size of 1 is allowed:
-the collectives are no-ops and the result is the local quantized direction.
+replicas stay identical; the rank's own momentum keeps the NaN. With `check_finite=True` (a direct user of LionCub
+without the loop may want it), a non-finite value is rejected on the rank that holds it with `NonFiniteUpdateError`
+before it is quantized or sent (the other ranks then fail in their collective, and torchrun tears the job down). A world
+size of 1 is allowed: the collectives are no-ops and the result is the local quantized direction.
 """
 from __future__ import annotations
 

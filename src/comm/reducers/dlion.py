@@ -18,8 +18,8 @@ Three topologies (the `name`), identical results for identical options:
 - `dlion_tree`: a parameter server at rank 0, `gather` up and `broadcast` down (Table 1, "efficient");
 - `dlion_allgather`: no server: an allgather of every worker's bits and the same vote computed on every rank
   (allreduce-free, as the authors' reference code aggregates).
-`wire_bytes(numel)` is what this rank sends under the models of `src.comm.cost.wire_bytes` (the server sends the most under
-`dlion_naive`); `src.comm.cost.model` has the matching rows.
+`wire_bytes(numel)` is what this rank sends under the models of `src.comm.cost.wire_bytes` (the server sends the most
+under `dlion_naive`); `src.comm.cost.model` has the matching rows.
 
 Deliberate differences from the paper: field widths are rounded up to 1, 2, 4 or 8 bits (the packing requires the
 width to divide a byte, as in Lion Cub, Section 6); the server is a training rank, which counts its own vote

@@ -4,9 +4,9 @@ Every rank contributes its raw update vector c_i (no quantization), one SUM allr
 the direction is sign(sum_i c_i), exact ties kept as 0. With momentum synchronised every step this is Lion on the
 averaged gradient (the sum of identical-momentum updates has the sign of the averaged update), which the tests use
 as the reference trajectory. Majority vote only: an "average" of raw values is not a Lion direction.
-Per chunk like the low-bit reducers (src/comm/reducers/chunked.py): `encode` casts, `exchange` allreduces, `decode` takes the sign.
-Deliberate difference from the paper: none (the paper's "Lion (32/16bit)" baselines allreduce *gradients*; that
-is `src.optim.grad_allreduce`, not this reducer).
+Per chunk like the low-bit reducers (src/comm/reducers/chunked.py): `encode` casts, `exchange` allreduces, `decode`
+takes the sign. Deliberate difference from the paper: none (the paper's "Lion (32/16bit)" baselines allreduce
+*gradients*; that is `src.optim.grad_allreduce`, not this reducer).
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@
 4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
    every rank every part; unpacking yields the +-1 direction.
 
-The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` is step 1, `exchange` steps 2-4 (the
-all-to-all and allgather asynchronous), `decode` unpacks; the caller's pipeline overlaps encoding, voting and
+The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` is step 1, `exchange` steps 2-4
+(the all-to-all and allgather asynchronous), `decode` unpacks; the caller's pipeline overlaps encoding, voting and
 decoding with the wire. A chunk is a
 multiple of `8 * world_size` elements, so that every rank's part is whole bytes; the vector is padded to such a
 multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
@@ -57,7 +57,7 @@ class OneBitReducer(ChunkedReducer):
     def padded_numel(self, numel: int) -> int:
         return self.plan(numel).padded_numel
 
-    # --- the per-chunk operations (src/comm/reducers/chunked.py) -----------------------------------------------------------
+    # --- the per-chunk operations (src/comm/reducers/chunked.py) ---------------------------------------------
     def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
         """Step 1: the chunk's votes packed to 1 bit."""
         sent = self.slot("sent", slot, reduction.plan.chunk // 8, torch.uint8, reduction.device)[: chunk.length // 8]

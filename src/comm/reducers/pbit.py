@@ -13,8 +13,8 @@ The datatype follows p and the world size (Section 6): a field must hold world_s
 widens its fields (4 -> 8 -> 16 bits; `field_width`) instead of refusing, so 8-bit L1 (L = 15) runs at 16 ranks
 in 16-bit fields. `self.bits` is the width actually sent; `wire_bytes` and the cost model follow it.
 
-The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` quantizes, shifts and packs a chunk
-in one fused pass (per-layer scales come from `src.quant.blocks`, from the block statistics of the chunks
+The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` quantizes, shifts and packs a
+chunk in one fused pass (per-layer scales come from `src.quant.blocks`, from the block statistics of the chunks
 `statistics_wanted` names, with no loop over layers), `exchange` runs the asynchronous allreduce, and `decode`
 turns the summed words into the direction in one pass. Stochastic rounding (`linf`) draws from a
 stream seeded from (seed, rank, step) at every step: nothing device-specific is saved, and a checkpoint taken on
@@ -105,7 +105,7 @@ class PBitReducer(ChunkedReducer):
     def words(self, plan: ChunkPlan, slot: int, device: torch.device) -> torch.Tensor:
         return self.slot("words", slot, plan.chunk // fields_per_word(self.bits), word_dtype(self.bits), device)
 
-    # --- the per-chunk operations (src/comm/reducers/chunked.py); the encoding is shared with the parameter servers --------
+    # --- the per-chunk operations (src/comm/reducers/chunked.py); the parameter servers share the encoding ---
     def begin(self, sizes: Sequence[int], step: int, device: torch.device, checked: bool = False) -> Reduction:
         """A reduction with this step's per-layer scales (scaled quantizers) and rounding stream (`linf`)."""
         reduction = super().begin(sizes, step, device, checked)
