@@ -148,8 +148,9 @@ def _inverses(blocks: int, seed: int) -> torch.Tensor:
 def test_native_and_triton_encoders_equal_the_reference_bit_for_bit():
     """Fast: the C encoders (src/comm/codecs/native.py) and the Triton ones give the reference's words bit for bit:
     votes at every field width and both tie rules, signs at every width that holds them, and the l1, linf and
-    linf_nozero codes at every width whose fields hold them, flat and as [blocks, BLOCK] views, on adversarial values (NaN, +-inf, -0.0, exact halves, values at and beyond +-levels, subnormals,
-    inverse scales of 0, subnormal and inf), at word counts that are not multiples of a vector's width."""
+    linf_nozero codes at every width whose fields hold them, flat and as [blocks, BLOCK] views, on adversarial
+    values (NaN, +-inf, -0.0, exact halves, values at and beyond +-levels, subnormals, inverse scales of 0,
+    subnormal and inf), at word counts that are not multiples of a vector's width."""
     if native.library() is None:
         pytest.skip("no C compiler here: the encoders run the torch reference")
     for bits in FIELD_WIDTHS:
