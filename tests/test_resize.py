@@ -8,7 +8,11 @@ D-Lion (tests/resize_ranks.py runs on the ranks).
 - The run trains on: its loss is within the spread of uninterrupted runs at the new size started from the same
   averaged state. Spread: the mean training loss (all new ranks, `STEPS_AFTER` steps) of `K` such runs whose data
   streams are those of fresh runs of seeds 1..K; the resumed run's must lie within their mean +- 4 standard
-  deviations (with K = 4 fixed seeds the outcome is deterministic; `SPREADS` keeps what was measured).
+  deviations (K = 4 fixed seeds: the outcome is deterministic). Measured (2 CPU cores, torch 2.14.1): the resumed
+  runs lay 0.2 to 1.9 standard deviations from the mean (sd 0.02 to 0.03 for the Lion variants, 0.05 and 0.27 for
+  1-bit Adam), and the same statistic from the untrained model lies 52 to 70 standard deviations away for the Lion
+  variants; for 1-bit Adam (Adam's lr, 4 warm-up steps: longer runs at larger lr diverge here) the loss hardly moves
+  in these steps, so its spread tells little and its bitwise state check carries the test.
 - The new ranks' data streams are distinct from each other, from the old ranks' streams (their start and where
   they were) and from a fresh run's ranks at the new size.
 """
@@ -24,7 +28,10 @@ from src.data import TokenWindows
 
 STEPS_BEFORE, STEPS_AFTER, K = 6, 6, 4
 SEED = 1337  # conf/config.yaml's
-SIZES = [pytest.param((4, 2), id="4to2"), pytest.param((2, 4), id="2to4", marks=pytest.mark.slow)]
+QUICK = {("cub4", (4, 2)), ("onebit_adam", (4, 2))}  # per-rank momenta, error feedback: in `make test`
+CASES = [pytest.param(v, sizes, id=f"{v}-{sizes[0]}to{sizes[1]}",
+                      marks=() if (v, sizes) in QUICK else pytest.mark.slow)  # 5 to 15 s each on 2 busy cores
+         for v in resize_ranks.VARIANTS for sizes in ((4, 2), (2, 4))]
 
 
 def saved_optimizers(folder, world: int) -> list[dict]:
@@ -59,8 +66,7 @@ def mean_loss(per_rank: list[list[float]]) -> float:
     return statistics.fmean(v for losses in per_rank for v in losses)
 
 
-@pytest.mark.parametrize("variant", list(resize_ranks.VARIANTS))
-@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("variant, sizes", CASES)
 def test_resume_at_another_world_size(variant, sizes, dist, demo_tokens, tmp_path_factory):
     old, new = sizes
     folder, old_nexts = resize_ranks.checkpoint(dist, variant, old, demo_tokens, tmp_path_factory, STEPS_BEFORE)
