@@ -64,8 +64,11 @@ def _q(text: str) -> str:
 
 
 def sbatch_header(job: JobSpec, profile: Profile, submission: Path) -> list[str]:
-    nodes = f"{job.min_nodes}-{job.nodes}" if job.min_nodes < job.nodes else f"{job.nodes}"
-    lines = [f"--job-name={job.name}", f"--nodes={nodes}", "--ntasks-per-node=1",
+    if job.min_nodes < job.nodes:  # a range; Slurm (22.05) gives --ntasks-per-node=1 jobs the fewest nodes of it
+        shape = [f"--nodes={job.min_nodes}-{job.nodes}"]  # as many as are free (srun asks one task per node)
+    else:
+        shape = [f"--nodes={job.nodes}", "--ntasks-per-node=1"]
+    lines = [f"--job-name={job.name}", *shape,
              f"--cpus-per-task={job.cpus_per_task}", f"--time={profile.time}", f"--partition={profile.partition}"]
     if job.gpus_per_node:
         lines.append(profile.gpu_request.format(gpus=job.gpus_per_node))

@@ -71,6 +71,7 @@ def test_a_node_range_lets_the_job_start_and_requeue_on_fewer_nodes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     (script,) = scripts(proc.stdout)
     assert "#SBATCH --nodes=1-2" in script and '--nnodes="$SLURM_NNODES" --nproc_per_node=2' in script
+    assert "#SBATCH --ntasks-per-node" not in script  # with it, Slurm would start the job on 1 node of 2 free
     assert "resume=auto" in script and "on $SLURM_NNODES node(s)" in script
     proc = submit("+exp=demo", "variant=cub8", "variant.reducer.levels=4096", "--profile", "local", "--nodes", "2",
                   "--min-nodes", "1", "--dry-run", "--skip-data-check", out=tmp_path)

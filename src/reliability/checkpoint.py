@@ -10,17 +10,20 @@ one copy. Layout, one folder per step under `root`:
                         size of every file, and the caller's metadata (LR schedule position, W&B run id, ...)
 
 Every file is written to a temporary name, flushed, fsynced and renamed, so a crash leaves either the old state
-or a complete new file. A folder without a manifest, or whose files do not match their checksums, is not a
-checkpoint: `latest()` skips it and returns the newest one that verifies. Rank 0 deletes all but the newest `keep`.
+or a complete new file. A folder without a manifest, whose manifest does not list model.pt and every rank's file,
+or whose files do not match their checksums, is not a checkpoint: `latest()` skips it and returns the newest one
+that verifies. Rank 0 deletes all but the newest `keep`.
 All ranks must call `save` and `latest` together (they use barriers and a broadcast when a process group is up).
 
 Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=`
 may name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only
 tensors, containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
-reconstruction, for the NumPy RNG state). `open()` also scans this rank's files before anything is loaded
+reconstruction, for the NumPy RNG state). `open()` also scans the files this rank will read before anything is
+loaded (model.pt and its own; every rank's when the checkpoint's world size is not this run's, since a rank of
+another world size may read any of them: src.reliability.resize)
 (`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and
 refuses a file that names anything else, naming the file and the globals, so `resume=` fails before training
-starts. Tensors are loaded onto the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs
+starts. `load_rank(..., mmap=True)` maps a file's tensors instead of reading them (private pages). Tensors are loaded onto the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs
 resumes on CPUs and back (src/reliability/train_state.py moves each piece where it belongs).
 """
 from __future__ import annotations

@@ -73,7 +73,7 @@ def save(manager: CheckpointManager, model, optimizer, task, progress: Progress,
          rng: dict | None = None, data: dict | None = None) -> Path:
     """Write the checkpoint of `progress.step` (collective)."""
     model_state = model.state_dict() if manager.rank == 0 else None
-    meta = {**meta, "step": progress.step, "progress": asdict(progress), "data_position": task.position()}
+    meta = {**meta, "step": progress.step, "progress": asdict(progress), "data_position": task.position(data)}
     return manager.save(progress.step, rank_state(optimizer, task, progress, rng, data), model_state, meta)
 
 

@@ -85,8 +85,8 @@ class Task(ABC):
     def load_data_state(self, state: dict) -> None:
         """Continue from a position saved by `data_state()` (after `open_data`)."""
 
-    def position(self) -> dict:
-        """The data position as plain JSON values (kept in a checkpoint's manifest)."""
+    def position(self, state: dict | None = None) -> dict:
+        """The data position of `state` (a `data_state()`; None: now) as plain JSON values, for the manifest."""
         return {}
 
     @abstractmethod

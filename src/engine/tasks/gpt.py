@@ -76,8 +76,8 @@ class GPTTask(Task):
     def load_data_state(self, state: dict) -> None:
         self.train.load_state_dict(state["train"])
 
-    def position(self) -> dict:
-        return {"batches_drawn": self.train.batches_drawn}
+    def position(self, state: dict | None = None) -> dict:
+        return {"batches_drawn": int((state or self.data_state())["train"]["batches_drawn"])}
 
     def load_resized_data_state(self, state: dict, old_world_size: int, seed: int) -> str:
         self.train.continue_stream(seed, int(state["train"]["batches_drawn"]))

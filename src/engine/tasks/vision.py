@@ -151,8 +151,8 @@ class VisionTask(Task):
         used = self.sampler.offset + self.ctx.world_size * self.cfg.data.batch_size * self.batch
         return {"epoch": self.epoch, "batch": self.batch, "offset": self.sampler.offset, "samples": used}
 
-    def position(self) -> dict:
-        return self.data_state()
+    def position(self, state: dict | None = None) -> dict:
+        return dict(state or self.data_state())
 
     def load_data_state(self, state: dict) -> None:
         """Continue at batch `batch` of epoch `epoch`; the iterator is built now, before the RNGs are restored,
