@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from src.runlog.curves import plot_curves
+from src.runlog.runs import load_runs
 from test_train_reliability import STEPS, assert_same_run, ok, reference, rows, run_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +49,9 @@ def test_sigkilled_at_4_ranks_resumes_at_2(demo_tokens, tmp_path):
     assert [r["world_size"] for r in got[1:]] == [4] * 8 + [2] * 4
     tokens = [r["tokens"] for r in got[1:]]
     assert all(b - a == (4 if i < 8 else 2) * 4 * 32 for i, (a, b) in enumerate(zip([0, *tokens], tokens)))
+    runs = load_runs([run_dir])  # what the figure scripts read: one run, one curve, the sizes per row
+    assert len(runs) == 1 and runs.metrics["world_size"].dropna().tolist() == [4] * 8 + [2] * 4
+    assert plot_curves(runs, "step", tmp_path / "loss.png").is_file()
 
 
 def _sha256(data: bytes) -> str:

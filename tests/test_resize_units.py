@@ -116,6 +116,9 @@ def test_reshape_rules_and_refusals():
     counts = [{"state": {0: {"hits": torch.ones(3, dtype=torch.int64)}}, "param_groups": []}] * 2
     with pytest.raises(ReshapeError, match="'hits' is a torch.int64 tensor"):
         reshape_optimizer_state(lambda r: counts[r], 0, Resize(5, 2, 1, "mean"), "ckpt")
+    uneven = [_state([1.0]), {"state": {}, "param_groups": []}]  # rank 1 never stepped parameter 0
+    with pytest.raises(ReshapeError, match="different state entries for parameter 0"):
+        reshape_optimizer_state(lambda r: uneven[r], 0, Resize(5, 2, 1, "mean"), "ckpt")
     with pytest.raises(ValueError, match="resume_momenta='avg': choose one of mean, map"):
         Resize(5, 2, 1, "avg")
 

@@ -20,7 +20,10 @@ under `reducer_auto` (src.comm.auto).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
-checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
+checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A checkpoint of another
+world size is reshaped for this one (src.reliability.resize): rank 0 prints one line naming both sizes and the rules
+used, the replicas are compared once, and the change joins the run's `world_size_changes` (summary.json, every
+later checkpoint's manifest, a W&B note); an epoch-counted run recounts its steps at the new size. A stop signal ends
 training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals); it and a guard's stop
 (replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 

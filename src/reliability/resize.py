@@ -135,6 +135,9 @@ def reshape_optimizer_state(read: Callable[[int], dict], rank: int, resize: Resi
     sources = [read(i) for i in resize.momentum_sources(rank)]
     state = {}
     for index, entries in source["state"].items():
+        if any(key not in s["state"].get(index, {}) for s in sources for key in entries):
+            raise ReshapeError(f"{where}: the old ranks hold different state entries for parameter {index} (one "
+                               "rank's optimizer never stepped it), which has no rule for another world size")
         state[index] = {key: _per_parameter(key, value, [s["state"][index][key] for s in sources], resize, where)
                         for key, value in entries.items()}
     out = {**source, "state": state}
