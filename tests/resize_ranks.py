@@ -27,7 +27,8 @@ from src.reliability.rng import seed_host_rngs
 VARIANTS = {"cub4": ["variant=cub4", "variant.reducer.compile=false"],
             "cub1": ["variant=cub1", "variant.reducer.compile=false"], "lion32": ["variant=lion32"],
             "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=4", "optim=gpt_adamw", "optim.lr=1e-4"],
-            "dlion_mavo": ["variant=dlion_mavo"]}
+            "dlion_mavo": ["variant=dlion_mavo"],
+            "cub4_2bit": ["variant=cub4", "variant.reducer.compile=false", "variant.reducer.bits=2"]}
 TOTAL_STEPS = 40
 _CHECKPOINTS: dict[tuple[str, int, int], tuple] = {}  # in the test process: checkpoints written this session
 
@@ -69,7 +70,7 @@ def write_checkpoint(variant: str, data_dir: str, run_dir: str, steps: int) -> t
         step(task, model, optimizer)
     world = tdist.get_world_size()
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True), world, None,
-                                       TOTAL_STEPS, [], {a.key: a.used for a in optimizer.adjustments()})
+                                       TOTAL_STEPS, [], {a.key: a.record() for a in optimizer.adjustments()})
     manager = CheckpointManager(Path(run_dir) / "checkpoints", tdist.get_rank(), world)
     train_state.save(manager, model, optimizer, task, train_state.Progress(step=steps), meta)
     return task.next_batch()[0]

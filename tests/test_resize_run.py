@@ -77,6 +77,19 @@ def test_two_ranks_resumed_on_one_record_the_change(dist, demo_tokens, tmp_path,
     assert execute(cfg, plan)["world_size_changes"] == [change]
 
 
+def test_the_field_width_is_chosen_again_at_the_new_size(dist, demo_tokens, tmp_path, tmp_path_factory, capsys):
+    """2-bit vote fields hold the sums of 3 ranks: 4 ranks widened them to 4 bits, 1 rank uses 2 again; the line
+    and the record say so."""
+    folder, _ = resize_ranks.checkpoint(dist, "cub4_2bit", 4, demo_tokens, tmp_path_factory, STEPS)
+    run = copy_run(folder, tmp_path / "run")
+    cfg = cfg_with(*resize_ranks.overrides("cub4_2bit", demo_tokens), "train.progress=false", "train.eval_every=0",
+                   "train.eval_batches=1", "train.timing_skip=0", "train.steps=7", f"resume={run}")
+    [change] = execute(cfg, preflight(cfg))["world_size_changes"]
+    assert change["config_adjusted"]["now"] == {}
+    assert {k: v["used"] for k, v in change["config_adjusted"]["before"].items()} == {"variant.reducer.bits": 4}
+    assert "; variant.reducer.bits 4 -> 2" in capsys.readouterr().out
+
+
 @pytest.fixture
 def four_rank_run(dist, demo_tokens, tmp_path, tmp_path_factory) -> Path:
     folder, _ = resize_ranks.checkpoint(dist, "cub4", 4, demo_tokens, tmp_path_factory, STEPS)

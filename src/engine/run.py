@@ -300,7 +300,7 @@ def _resume_resized(plan: Plan, manager: CheckpointManager, model, optimizer, ta
     check_replicas(named_parameters_with_aliases(model), resize.step)
     before = point.checkpoint.manifest.get("meta", {}).get("config_adjusted", {})
     change = world_size_change(resize, rules, str(point.checkpoint.path), before,
-                               {a.key: a.used for a in optimizer.adjustments()})
+                               {a.key: a.record() for a in optimizer.adjustments()})
     if ctx.is_main:
         print(change_line(change), flush=True)
     return progress, [*point.world_size_changes, change]
@@ -320,7 +320,7 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
-                                       {a.key: a.used for a in optimizer.adjustments()})
+                                       {a.key: a.record() for a in optimizer.adjustments()})
     return StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 

@@ -4,8 +4,8 @@ start and W&B keeps as a note of the same run.
 
 An entry: `step` (the checkpoint's), `from` and `to` (world sizes), `resume_momenta`, `rules` (what each part of the
 state became: momenta, error feedback, reducer streams, RNG, data), `checkpoint` (its folder), and the values used in
-place of the configured ones before and after (`config_adjusted`: a field width widened or narrowed for the new
-world size, `reducer: auto`'s choice made again).
+place of the configured ones before and after (`config_adjusted`, as summary.json's: requested, used and why per
+key; a field width widened or narrowed for the new world size, `reducer: auto`'s choice made again).
 """
 from __future__ import annotations
 
@@ -19,10 +19,15 @@ def world_size_change(resize: Resize, rules: dict, checkpoint: str, adjusted_bef
             "config_adjusted": {"before": dict(adjusted_before), "now": dict(adjusted_now)}}
 
 
+def _used(side: dict, other: dict, key: str):
+    """The value `key` had on `side` (an Adjustment.record() per key): the one used, else the one configured."""
+    return side[key]["used"] if key in side else other[key]["requested"]
+
+
 def _adjusted(change: dict) -> str:
     before, now = change["config_adjusted"]["before"], change["config_adjusted"]["now"]
-    moved = [f"{key} {before.get(key, 'as configured')} -> {now.get(key, 'as configured')}"
-             for key in sorted(set(before) | set(now)) if before.get(key) != now.get(key)]
+    moved = [f"{key} {_used(before, now, key)} -> {_used(now, before, key)}" for key in sorted(set(before) | set(now))
+             if _used(before, now, key) != _used(now, before, key)]
     return "; " + ", ".join(moved) if moved else ""
 
 

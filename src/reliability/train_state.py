@@ -57,7 +57,8 @@ def checkpoint_meta(model: torch.nn.Module, variant: dict, world_size: int, wand
                     total_steps: int, world_size_changes: list[dict] | None = None,
                     adjusted: dict | None = None) -> dict:
     """The run-level facts a resumed run is checked against (stored in the manifest): besides shapes and variant,
-    the run's world-size changes so far and the values the optimizer used in place of the configured ones."""
+    the run's world-size changes so far and the values the optimizer used in place of the configured ones
+    (`adjusted`: key -> Adjustment.record(), as summary.json's `config_adjusted`)."""
     return {"model_shapes": model_shapes(model), "variant": variant, "world_size": world_size,
             "wandb_id": wandb_id, "total_steps": total_steps, "world_size_changes": list(world_size_changes or []),
             "config_adjusted": dict(adjusted or {})}
