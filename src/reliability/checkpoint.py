@@ -15,16 +15,17 @@ or whose files do not match their checksums, is not a checkpoint: `latest()` ski
 that verifies. Rank 0 deletes all but the newest `keep`.
 All ranks must call `save` and `latest` together (they use barriers and a broadcast when a process group is up).
 
-Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=`
-may name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only
-tensors, containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
+Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=` may
+name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only tensors,
+containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
 reconstruction, for the NumPy RNG state). `open()` also scans the files this rank will read before anything is
 loaded (model.pt and its own; every rank's when the checkpoint's world size is not this run's, since a rank of
 another world size may read any of them: src.reliability.resize)
-(`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and
-refuses a file that names anything else, naming the file and the globals, so `resume=` fails before training
-starts. `load_rank(..., mmap=True)` maps a file's tensors instead of reading them (private pages). Tensors are loaded onto the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs
-resumes on CPUs and back (src/reliability/train_state.py moves each piece where it belongs).
+(`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and refuses
+a file that names anything else, naming the file and the globals, so `resume=` fails before training starts.
+`load_rank(..., mmap=True)` maps a file's tensors instead of reading them (private pages). Tensors are loaded onto
+the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs resumes on CPUs and back
+(src/reliability/train_state.py moves each piece where it belongs).
 """
 from __future__ import annotations
 
@@ -199,9 +200,9 @@ class CheckpointManager:
         folder = Path(folder)
         found = self.verify(folder)
         if found is None:
+            valid = [p.name for p in self._candidates() if self.verify(p)] or "none"
             raise CheckpointError(f"{folder} is not a complete checkpoint (manifest missing, or a file missing or "
-                                  "not matching its checksum); valid ones under "
-                                  f"{folder.parent}: {[p.name for p in self._candidates() if self.verify(p)] or 'none'}")
+                                  f"not matching its checksum); valid ones under {folder.parent}: {valid}")
         saved = found.manifest["world_size"]
         if saved != self.world_size and not resize:
             raise CheckpointError(f"checkpoint {folder} was written by {saved} ranks, but this run has "

@@ -6,16 +6,16 @@ mean cross entropy over the whole test set, split across ranks without padding (
 and summed over ranks, so every image counts exactly once. A step consumes batch_size * world_size images.
 
 The data position (epoch and batches drawn in it) is saved in checkpoints; a resumed run skips the epoch's first
-batches by index (`_ResumableSampler`, no image is loaded for them).
+batches by index (`_ResumableSampler`, no image is loaded for them). Resume is bitwise with `data.num_workers=0`
+(augmentations draw from the restored global RNG); with workers the order of images is exact but the workers'
+augmentation seeds come from a new base seed, so augmentations differ from the interrupted run (documented in
+docs/reliability.md).
 
 At another world size: after b batches of B images on P ranks, an epoch has used exactly the first P * B * b
 positions of its permutation (rank r took positions r, r + P, ...). A run resumed on P' ranks splits the rest of
 that permutation, from that position (`offset`) on, the same way over its ranks, so the epoch neither repeats nor
-skips an image (as in any epoch, fewer than P' * B images at its end that do not fill a step are left out); the
-next epochs are ordinary P'-rank epochs. `resized_steps` counts the steps left accordingly. Resume is bitwise with `data.num_workers=0`
-(augmentations draw from the restored global RNG); with workers the order of images is exact but the workers'
-augmentation seeds come from a new base seed, so augmentations differ from the interrupted run (documented in
-docs/reliability.md).
+skips an image (as in any epoch, fewer than P' * B images at its end that do not fill a step are left out); the next
+epochs are ordinary P'-rank epochs. `resized_steps` counts the steps left accordingly.
 """
 from __future__ import annotations
 
