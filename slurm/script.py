@@ -11,7 +11,10 @@ the end. The shell passes USR1 once to srun, which passes it to each node's torc
 the ranks finish their step, checkpoint it and exit 75 (src.reliability.signals). The shell then runs `scontrol
 requeue` on its own job, unless the run finished (`summary.json` without `interrupted_at`) or it was requeued
 `max_requeues` times already. The requeued job gets the same job id, hence the same run folder, and `resume=auto` continues from the newest checkpoint, the W&B
-run included (its id is in the run folder and in the checkpoint). SIGTERM (scancel, Slurm's own requeue or
+run included (its id is in the run folder and in the checkpoint). torchrun starts `$SLURM_NNODES` x
+`nproc_per_node` ranks: a job that Slurm starts on fewer or more nodes than its last attempt (`--nodes=M-N`, or
+`scontrol update JobId=<id> NumNodes=<n>` while it waits requeued) resumes at that world size
+(src.reliability.resize: the change is in the run's summary.json). SIGTERM (scancel, Slurm's own requeue or
 preemption, the time limit itself) is passed to the ranks the same way but does not requeue by itself.
 
 Every start and end of an attempt appends a JSON line to `<submission>/jobs/<run>-<job id>.jsonl` (exit status,
@@ -43,6 +46,7 @@ class JobSpec:
     runs: tuple[RunSpec, ...]
     overrides: tuple[tuple[str, ...], ...]  # per run, with the network chosen for it
     nodes: int
+    min_nodes: int  # Slurm may start (and requeue) the job on min_nodes..nodes nodes
     nproc_per_node: int
     gpus_per_node: int
     cpus_per_task: int
@@ -60,7 +64,11 @@ def _q(text: str) -> str:
 
 
 def sbatch_header(job: JobSpec, profile: Profile, submission: Path) -> list[str]:
-    lines = [f"--job-name={job.name}", f"--nodes={job.nodes}", "--ntasks-per-node=1",
+    if job.min_nodes < job.nodes:  # a range; Slurm (22.05) gives --ntasks-per-node=1 jobs the fewest nodes of it
+        shape = [f"--nodes={job.min_nodes}-{job.nodes}"]  # as many as are free (srun asks one task per node)
+    else:
+        shape = [f"--nodes={job.nodes}", "--ntasks-per-node=1"]
+    lines = [f"--job-name={job.name}", *shape,
              f"--cpus-per-task={job.cpus_per_task}", f"--time={profile.time}", f"--partition={profile.partition}"]
     if job.gpus_per_node:
         lines.append(profile.gpu_request.format(gpus=job.gpus_per_node))
@@ -146,7 +154,8 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              "kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
              *_move_aside_block(),
              'record start ", \\"nodes\\": \\"$SLURM_JOB_NODELIST\\", \\"run_dir\\": \\"$RUN_DIR\\""',
-             'echo "lioncub: run $RUN, job $JOB (attempt $((RESTART + 1))) on $SLURM_JOB_NODELIST -> $RUN_DIR"',
+             'echo "lioncub: run $RUN, job $JOB (attempt $((RESTART + 1))) on $SLURM_NNODES node(s)'
+             ' $SLURM_JOB_NODELIST -> $RUN_DIR"',
              *launch_command(job, profile),
              'srun_pid=$!',
              'while true; do wait "$srun_pid"; status=$?; kill -0 "$srun_pid" 2>/dev/null || break; done',

@@ -19,7 +19,9 @@ numbers: a run asking for more processes per node than the partition's nodes hav
 nodes than it allows, a partition the profile (or `sinfo`) does not know, a preset that pins another world size
 (`expect_world_size`), overrides that do not compose, `run.dir`/`resume` set by hand (the job sets them), and
 every check `python -m src.train` makes before training, for rank 0 of the job on its nodes (slurm.runs.preflight:
-the same messages; the data where this machine can see it, see there).
+the same messages; the data where this machine can see it, see there). `--min-nodes M` lets Slurm start, and
+requeue, the job on M to `--nodes` nodes (`#SBATCH --nodes=M-N`); an attempt on another node count than the last
+resumes the run at that world size (`resume=auto`; src.reliability.resize), and the checks run at both ends.
 Each submission gets `<runs_root>/<name>-<YYYYmmdd-HHMMSS>/` with the scripts, `submission.json` (runs and job
 ids), `logs/`, `jobs/` (one line per attempt) and one run folder `<run>-<job id>` per run.
 """
@@ -57,6 +59,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for flag in ("--partition", "--account", "--qos", "--time", "--network"):
         parser.add_argument(flag)
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--min-nodes", type=int, dest="min_nodes",
+                        help="let Slurm start (and requeue) the job on --min-nodes to --nodes nodes; the run resumes "
+                             "at the world size it gets (src.reliability.resize)")
     parser.add_argument("--nproc-per-node", type=int, dest="nproc_per_node")
     parser.add_argument("--skip-data-check", action="store_true",
                         help="leave the data folders to the job (e.g. data staged to the nodes' local disks)")
@@ -79,9 +84,21 @@ def load_runs(args: argparse.Namespace) -> RunSet:
     return from_overrides(list(args.what))
 
 
-def plan_job(run: RunSpec, args: argparse.Namespace, profile: Profile) -> tuple[int, int, tuple[str, ...], int]:
-    """(nodes, processes per node, overrides, checkpoint.every) of one run, checked against the profile and its
-    configuration."""
+def node_range(run: RunSpec, nodes: int, args: argparse.Namespace, pinned: int | None) -> int:
+    """The fewest nodes the job may run on (`--min-nodes`, else `nodes`), checked."""
+    least = getattr(args, "min_nodes", None) or nodes
+    if not 1 <= least <= nodes:
+        raise SubmitError(f"--min-nodes {least} must lie in [1, {nodes}] (the job's --nodes)")
+    if least < nodes and pinned is not None:
+        raise SubmitError(f"run {run.name!r} pins expect_world_size={pinned}, so it cannot run on {least} to {nodes} "
+                          "nodes; drop --min-nodes, or override expect_world_size=null")
+    return least
+
+
+def plan_job(run: RunSpec, args: argparse.Namespace,
+             profile: Profile) -> tuple[int, int, tuple[str, ...], int, int]:
+    """(nodes, processes per node, overrides, checkpoint.every, fewest nodes) of one run, checked against the
+    profile and its configuration (at both ends of a node range)."""
     if run.launcher != "torchrun":
         raise SubmitError(f"run {run.name!r} uses launcher={run.launcher}, the emulated cluster on one machine, not a "
                           "Slurm launch; run it with python -m src.launch.emulate (or make a torchrun run of it)")
@@ -98,6 +115,7 @@ def plan_job(run: RunSpec, args: argparse.Namespace, profile: Profile) -> tuple[
                           f"{part.max_nodes} (profile {profile.name}); use --nodes {part.max_nodes} or another "
                           "partition")
     config = check_config(run)
+    least = node_range(run, nodes, args, config.expect_world_size)
     world = nodes * nproc
     if config.expect_world_size is not None and config.expect_world_size != world:
         raise SubmitError(f"run {run.name!r} pins expect_world_size={config.expect_world_size} (its preset or "
@@ -113,10 +131,13 @@ def plan_job(run: RunSpec, args: argparse.Namespace, profile: Profile) -> tuple[
         config = replace(config, network=network)
     if config.network == "emulated":
         overrides += (f"network.nodes={nodes}", f"network.nproc_per_node={nproc}")
-    for note in preflight(run, overrides, nodes, nproc, nproc if part.gpus_per_node else 0,
-                          check_data=not getattr(args, "skip_data_check", False)):
+    notes = []
+    for count in sorted({least, nodes}):  # the world-size checks bind at one end (field widths, images per step)
+        notes += [n for n in preflight(run, overrides, count, nproc, nproc if part.gpus_per_node else 0,
+                                       check_data=not getattr(args, "skip_data_check", False)) if n not in notes]
+    for note in notes:
         print(f"slurm.submit: note: {note}", file=sys.stderr)
-    return nodes, nproc, overrides, config.checkpoint_every
+    return nodes, nproc, overrides, config.checkpoint_every, least
 
 
 def plan_jobs(runset: RunSet, args: argparse.Namespace, profile: Profile) -> list[JobSpec]:
@@ -126,20 +147,20 @@ def plan_jobs(runset: RunSet, args: argparse.Namespace, profile: Profile) -> lis
     if dupes:
         raise SubmitError(f"run names must be unique, but {', '.join(dupes)} appear more than once")
     part = profile.partition_spec()
-    groups: dict[tuple[int, int], list[tuple[RunSpec, tuple[str, ...]]]] = {}
+    groups: dict[tuple[int, int, int], list[tuple[RunSpec, tuple[str, ...]]]] = {}
     never = []
     for run in runset.runs:
-        nodes, nproc, overrides, every = plan_job(run, args, profile)
-        groups.setdefault((nodes, nproc), []).append((run, overrides))
+        nodes, nproc, overrides, every, least = plan_job(run, args, profile)
+        groups.setdefault((nodes, nproc, least), []).append((run, overrides))
         never += [run.name] if every == 0 else []
     if never:
         print(f"slurm.submit: note: checkpoint.every=0 in {', '.join(never)}: a requeued job restarts from step 0 "
               "unless its ranks checkpoint on the warning signal (add checkpoint.every=N)", file=sys.stderr)
     jobs = []
-    for (nodes, nproc), members in groups.items():
+    for (nodes, nproc, least), members in groups.items():
         suffix = f"-{nodes}x{nproc}" if len(groups) > 1 else ""
         jobs.append(JobSpec(name=f"lc-{runset.name}{suffix}", runs=tuple(r for r, _ in members),
-                            overrides=tuple(o for _, o in members), nodes=nodes, nproc_per_node=nproc,
+                            overrides=tuple(o for _, o in members), nodes=nodes, min_nodes=least, nproc_per_node=nproc,
                             gpus_per_node=nproc if part.gpus_per_node else 0,
                             cpus_per_task=profile.cpus_per_task or part.cpus_per_node))
     return jobs
@@ -167,7 +188,7 @@ def record(runset: RunSet, profile: Profile, jobs: list[JobSpec], ids: list[str 
             "profile": {"name": profile.name, "path": str(profile.path), "partition": profile.partition,
                         "time": profile.time},
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "jobs": [{"script": f"{job.name}.sbatch", "job_id": job_id, "nodes": job.nodes,
+            "jobs": [{"script": f"{job.name}.sbatch", "job_id": job_id, "nodes": job.nodes, "min_nodes": job.min_nodes,
                       "nproc_per_node": job.nproc_per_node, "array": job.is_array, "log": job.log_pattern(),
                       "runs": [{"name": r.name, "index": i, "overrides": list(o)}
                                for i, (r, o) in enumerate(zip(job.runs, job.overrides))]}
@@ -192,7 +213,8 @@ def submit(jobs: list[JobSpec], runset: RunSet, profile: Profile, folder: Path) 
             raise RuntimeError(f"sbatch {job.name}.sbatch failed ({proc.returncode}): {proc.stderr.strip()}"
                                + (f"; {i} job(s) were submitted before it, see {folder}" if i else ""))
         ids[i] = proc.stdout.strip().split(";")[0]
-        print(f"submitted {job.name}: job {ids[i]} ({len(job.runs)} run(s), {job.nodes} node(s) x "
+        shape = f"{job.min_nodes}-{job.nodes}" if job.min_nodes < job.nodes else f"{job.nodes}"
+        print(f"submitted {job.name}: job {ids[i]} ({len(job.runs)} run(s), {shape} node(s) x "
               f"{job.nproc_per_node})")
     (folder / "submission.json").write_text(json.dumps(record(runset, profile, jobs, ids), indent=2) + "\n")
     return ids

@@ -1,7 +1,7 @@
 """Resume and reliability settings are checked before training (issue: Reliability, items 2 and 6), in-process.
 
 A checkpoint folder is made with `CheckpointManager` directly (no training), then `preflight()` must refuse a run
-that cannot continue it: another world size, another model shape, another variant, no checkpoint at all; and
+that cannot continue it: an incomplete manifest, another model shape, another variant, no checkpoint at all; and
 `expect_world_size`, `metrics.jsonl` truncation and the fault keys behave.
 """
 from __future__ import annotations
@@ -62,10 +62,12 @@ def test_an_older_checkpoint_branches_unless_rewinding(demo_tokens, tmp_path):
     assert "resume_rewind=true applies to" in fails(f"data.dir={demo_tokens}", "resume_rewind=true")
 
 
-def test_resume_refuses_another_world_size(demo_tokens, tmp_path):
+def test_a_manifest_without_every_ranks_file_is_no_checkpoint(demo_tokens, tmp_path):
+    """A checkpoint of 2 ranks whose manifest lists rank 0's file only (another world size would read rank 1's):
+    skipped, and with no other checkpoint the resume is refused (tests/test_resize_run.py resumes real ones)."""
     fake_checkpoint(tmp_path / "run", demo_tokens, world_size=2)
     msg = fails(f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "resume=true")
-    assert "written by 2 ranks" in msg and "world_size=1" in msg
+    assert "no valid checkpoint under" in msg
 
 
 def test_resume_refuses_another_model_shape_or_variant(demo_tokens, tmp_path):

@@ -8,7 +8,9 @@ Not slow: a 2-run submission (a job array, one run per node) finishes with metri
 status that says so, and a run without its data fails with a status that says why; bad input and an unknown partition leave the queue empty. Slow: a 2-node job of Lion Cub
 4-bit (2 ranks per node) whose replicas end identical, with its traffic on the nodes' links; a job requeued by
 `scontrol requeue` before its first checkpoint and later given Slurm's warning signal starts again, then resumes,
-and ends bitwise equal to an uninterrupted run; a `-m` sweep through Hydra's submitit launcher runs both points as 2-rank jobs.
+and ends bitwise equal to an uninterrupted run; a job of 1 to 2 nodes (`--min-nodes 1`) requeued while node n2 is
+drained resumes on n1 at 2 ranks instead of 4; a `-m` sweep through Hydra's submitit launcher runs both points as
+2-rank jobs.
 """
 from __future__ import annotations
 
@@ -239,3 +241,35 @@ def test_submitit_sweep_runs_both_points_as_two_rank_jobs(slurm, demo_tokens, tm
     variants = sorted(p.parent.name.rsplit("-", 1)[1] for p in (tmp_path / "runs").glob("*/summary.json"))
     assert variants == ["cub4", "lion32"]
     assert all(s["world_size"] == 2 and s["ranks_in_sync"] and s["steps"] == 3 for s in summaries), summaries
+
+
+@pytest.mark.slow
+def test_a_job_requeued_onto_one_node_resumes_at_two_ranks(slurm, demo_tokens, tmp_path):
+    """`--nodes 2 --min-nodes 1`: the job starts on both nodes (4 ranks); node n2 is drained and the warning signal
+    sent after the step-10 checkpoint: the ranks checkpoint the step they are in, the job requeues itself, Slurm
+    starts it on n1 alone, and the run resumes there at 2 ranks (src.reliability.resize) and finishes."""
+    steps, every = 60, 10
+    folder = submit(slurm, tmp_path, "+exp=demo", "variant=cub4", f"train.steps={steps}", "train.eval_every=10",
+                    f"checkpoint.every={every}", f"data.dir={demo_tokens}", *TINY, "--nodes", "2", "--min-nodes", "1")
+    (job,) = job_ids(folder)
+    run_dir = folder / f"demo-{job}"
+    try:  # drained while the job runs on it: n2 takes no new job
+        warned = interrupt_when(slurm, run_dir, every + 2,
+                                ["scontrol", "update", "NodeName=n2", "State=DRAIN", "Reason=resize-test"])
+        assert run(slurm, "scancel", "--signal=USR1", "--batch", job).returncode == 0
+        wait_until_done(slurm, folder)
+    finally:
+        run(slurm, "scontrol", "update", "NodeName=n2", "State=RESUME")
+    log = next((folder / "logs").iterdir()).read_text()
+    assert "lioncub: requeueing job" in log and "on 1 node(s) n1" in log, log[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    [change] = summary["world_size_changes"]
+    assert (change["from"], change["to"]) == (4, 2) and warned <= change["step"] < steps, (change, warned)
+    assert f"lioncub: world size 4 -> 2 at step {change['step']}" in log
+    assert summary["steps"] == steps and summary["world_size"] == 2 and summary["ranks_in_sync"] is True
+    got = rows(run_dir)
+    assert [r["step"] for r in got] == list(range(steps + 1))
+    assert [r["world_size"] for r in got[1:]] == [4] * change["step"] + [2] * (steps - change["step"])
+    records = [json.loads(line) for line in (folder / "jobs" / f"demo-{job}.jsonl").read_text().splitlines()]
+    assert [r["nodes"] for r in records if r["event"] == "start"] == ["n[1-2]", "n1"]
+    assert "1 finished" in status(slurm, folder).stdout

@@ -63,6 +63,22 @@ def test_a_sweep_is_one_job_array_and_gets_the_profiles_network(tmp_path):
     assert "export OMP_NUM_THREADS=1" in script
 
 
+def test_a_node_range_lets_the_job_start_and_requeue_on_fewer_nodes(tmp_path):
+    """`--min-nodes 1 --nodes 2`: `#SBATCH --nodes=1-2`; torchrun starts $SLURM_NNODES x 2 ranks, and the checks ran
+    at both 1 and 2 nodes (a variant that cannot run at the larger size is refused with the numbers)."""
+    proc = submit("+exp=demo", "--profile", "local", "--nodes", "2", "--min-nodes", "1", "--dry-run",
+                  "--skip-data-check", out=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (script,) = scripts(proc.stdout)
+    assert "#SBATCH --nodes=1-2" in script and '--nnodes="$SLURM_NNODES" --nproc_per_node=2' in script
+    assert "#SBATCH --ntasks-per-node" not in script  # with it, Slurm would start the job on 1 node of 2 free
+    assert "resume=auto" in script and "on $SLURM_NNODES node(s)" in script
+    proc = submit("+exp=demo", "variant=cub8", "variant.reducer.levels=4096", "--profile", "local", "--nodes", "2",
+                  "--min-nodes", "1", "--dry-run", "--skip-data-check", out=tmp_path)
+    assert proc.returncode == 2 and "with 4 process(es)" in proc.stderr, proc.stderr
+    assert "runs with at most 3 processes" in proc.stderr
+
+
 def test_runs_of_different_shapes_go_to_separate_jobs():
     swept = from_overrides(["+exp=demo", "seed=1,2"])
     assert [r.name for r in swept.runs] == ["seed-1", "seed-2"]
@@ -91,6 +107,9 @@ def test_runs_of_different_shapes_go_to_separate_jobs():
     (["+exp=demo", "--profile", "local", "--scale", "paper"], ["--scale paper selects the runs of a manifest"]),
     (["+exp=demo", "--profile", "nowhere"], ["profile 'nowhere'", "example, local"]),
     (["+exp=demo", "--profile", "local", "--time", "00:00:30"], ["signal_warning_s=60", "30 s"]),
+    (["+exp=demo", "--profile", "local", "--nodes", "2", "--min-nodes", "3"], ["--min-nodes 3 must lie in [1, 2]"]),
+    (["+exp=demo", "expect_world_size=4", "--profile", "local", "--nodes", "2", "--min-nodes", "1"],
+     ["pins expect_world_size=4, so it cannot run on 1 to 2 nodes", "drop --min-nodes"]),
 ])
 def test_bad_input_is_refused_before_anything_is_submitted(args, words, tmp_path):
     proc = submit(*args, out=tmp_path / "out")  # not a dry run: only the checks stand between it and sbatch

@@ -98,3 +98,15 @@ def test_a_run_records_tokens_per_s_consistent_with_its_steps(demo_tokens, tmp_p
     assert summary["mfu"] is None and summary["mfu_note"].startswith("no MFU on CPU")
     assert f"throughput {summary['tokens_per_s']:,.0f} tokens/s over 3 timed steps, 1 rank(s) together; no MFU " \
            "on CPU" in proc.stdout
+
+
+def test_a_run_that_changed_its_world_size_counts_each_stretch_at_its_size():
+    """4 ranks to step 8, then 2 (a resume at another world size): 2 warm-up steps, 6 timed at 4 ranks, 4 at 2."""
+    from src.engine.throughput import timed_units, units_per_second
+
+    per_step_now = 2 * 100  # units per step at the 2 ranks the run ends on
+    changes = [{"step": 8, "from": 4, "to": 2}]
+    assert timed_units(per_step_now, 12, 2, 2, changes) == 100 * (4 * 6 + 2 * 4)
+    assert timed_units(per_step_now, 12, 2, 2) == 200 * 10  # unchanged: every timed step at this size
+    assert units_per_second(per_step_now, 12, 2, 4.0, 2, changes) == 100 * 32 / 4.0
+    assert timed_units(per_step_now, 12, 10, 2, changes) == 200 * 2  # the change inside the warm-up

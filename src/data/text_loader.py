@@ -5,7 +5,8 @@ D.1). As in nanoGPT, a batch is `batch_size` windows of `block_size + 1` tokens 
 prepared `.bin` file; `x` is the first `block_size` tokens and `y` the same window shifted by one. Every rank draws
 from its own generator, seeded from `(seed, rank)`, so workers see different windows and a run is reproducible.
 `state_dict()` captures the generator, the batch counter and the vocabulary's fingerprint (a compact vocabulary,
-`compact_vocab.py`), so a resumed run continues the same stream in the same numbering.
+`compact_vocab.py`), so a resumed run continues the same stream in the same numbering. `continue_stream` starts
+a new stream from a given seed (a run resumed at another world size: its ranks are not the old ones).
 Sampling is with replacement and has no notion of epochs, like nanoGPT (the paper does not say how it samples).
 """
 from __future__ import annotations
@@ -101,6 +102,11 @@ class TokenWindows:
         return {"generator_state": self.generator.get_state(), "batches_drawn": self.batches_drawn,
                 "seed": self.seed, "rank": self.rank, "world_size": self.world_size, "split": self.split,
                 "vocab_sha256": self.vocab_sha256}
+
+    def continue_stream(self, generator_seed: int, batches_drawn: int) -> None:
+        """Draw from now on from a new stream seeded with `generator_seed`, counting on from `batches_drawn`."""
+        self.generator.manual_seed(generator_seed)
+        self.batches_drawn = batches_drawn
 
     def load_state_dict(self, state: dict) -> None:
         """Continue the stream saved by `state_dict()`; it must come from the same rank, seed and split."""

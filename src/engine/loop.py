@@ -4,7 +4,8 @@ Per step: set the scheduled learning rate in every param_group, fetch this rank'
 the gradient norm, `optimizer.step()` (which quantizes, communicates and updates, timing each), zero the gradients.
 One row per step goes to the sinks (metrics.jsonl, W&B) with: `step` (optimizer steps done), `loss` (this step's
 training loss on rank 0's batch), `lr`, `grad_norm` (rank 0, before clipping), `tokens`/`samples` seen over all
-ranks, `train_time` (sum of the step times after the warm-up: the x-axis of loss-vs-time curves), `wall_time`
+ranks (counted on across a resume at another world size), `world_size` (the ranks that took the step),
+`train_time` (sum of the step times after the warm-up: the x-axis of loss-vs-time curves), `wall_time`
 (since training started, evaluations included), the `time/*` breakdown of Table A.1 and the `mem/*` peaks of
 Fig. A.1 (see src.engine.step_stats). Evaluation metrics (`val/*`, averaged over ranks) join the row of the step
 they follow; the evaluation before training is a row at step 0.
@@ -162,7 +163,8 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job,
             evaluates = step == total_steps or bool(every and step % every == 0)
             row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats,
                                   settle=lambda: evaluates or hooks.reads_state_at(step)))
-            row.update({unit: step * per_step, **memory.row(), "skipped_steps": progress.skipped_steps})
+            row.update({unit: step * per_step + progress.units_offset, **memory.row(),
+                        "skipped_steps": progress.skipped_steps, "world_size": ctx.world_size})
             result.peak_memory_bytes = row["mem/peak_bytes"]
             if evaluates:
                 result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)

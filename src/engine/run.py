@@ -25,7 +25,10 @@ FLOPs utilisation (src.engine.throughput).
 
 A resumed run (`resume=`) restores the model, every rank's optimizer state, data position and RNGs before the
 first step (src.reliability) and continues in its own folder, or in a new one when it branches from an older
-checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A stop signal ends
+checkpoint (src.runlog.history: what each attempt changed, nothing of the original lost). A checkpoint of another
+world size is reshaped for this one (src.reliability.resize): rank 0 prints one line naming both sizes and the rules
+used, the replicas are compared once, and the change joins the run's `world_size_changes` (summary.json, every
+later checkpoint's manifest, a W&B note); an epoch-counted run recounts its steps at the new size. A stop signal ends
 training after a step with a checkpoint and raises `Interrupted` (src.reliability.signals); it and a guard's stop
 (replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 
@@ -71,10 +74,12 @@ from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
 from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
+from src.optim.momentum_sync import named_parameters_with_aliases
+from src.optim.world_limit import largest_world_size
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
 from src.reliability.checkpoint import CheckpointManager
-from src.reliability.guard import ReplicaDivergenceError
+from src.reliability.guard import ReplicaDivergenceError, check_replicas
 from src.reliability.hooks import StepHooks, check_reliability_config
 from src.reliability.nonfinite import NonFiniteStepError
 from src.reliability.resume import (
@@ -83,6 +88,7 @@ from src.reliability.resume import (
     find_resume_point,
     reuses_run_dir,
 )
+from src.reliability.resize_record import change_line, world_size_change
 from src.reliability.rng import seed_host_rngs
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
@@ -117,7 +123,11 @@ def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module) -> None
     try:
         validate_variant(job.variant, ctx.world_size, model, network=job.network)
     except ValueError as exc:
-        raise SetupError(f"variant={job.variant.name} with {ctx.world_size} process(es): {exc}") from exc
+        largest = largest_world_size(job.variant)
+        limit = "" if largest is None or ctx.world_size <= largest else (
+            f"; variant {job.variant.name} runs with at most {largest} processes: launch (or resume) with {largest} "
+            "or fewer")
+        raise SetupError(f"variant={job.variant.name} with {ctx.world_size} process(es): {exc}{limit}") from exc
 
 
 def check_world_size(job: Config, ctx: DistContext) -> None:
@@ -176,11 +186,30 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     checked = check_run(cfg, job, ctx)
     task, steps, meta_model = checked.task, checked.steps, checked.meta_model
     point = find_resume_point(job, ctx.rank, ctx.world_size)
+    schedule = checked.schedule
     if point is not None:
+        steps, schedule = _steps_of_resized(job, task, point, steps, schedule)
         check_compatible(point, cfg, meta_model, steps)
     run_dir = _plan_run_dir(job, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(job, ctx, task, steps, checked.schedule, run_dir, default_name(job, choices), point, restart)
+    return Plan(job, ctx, task, steps, schedule, run_dir, default_name(job, choices), point, restart)
+
+
+def _steps_of_resized(job: Config, task: Task, point: ResumePoint, steps: int,
+                      schedule: LRSchedule) -> tuple[int, LRSchedule]:
+    """The steps (and schedule) of an epoch-counted run that changes, or changed, its world size: the steps done,
+    the rest of the current epoch and the later epochs at this world size (`Task.resized_steps`)."""
+    if job.train.epochs is None or not (point.resize or point.world_size_changes):
+        return steps, schedule
+    meta = point.checkpoint.manifest.get("meta", {})
+    total = task.resized_steps(meta.get("data_position") or {}, point.checkpoint.step, job.train.epochs)
+    if total is None:
+        raise SetupError(f"checkpoint {point.checkpoint.path} holds no data position in its manifest (written before "
+                         "lioncub resumed at other world sizes), so the steps left in train.epochs="
+                         f"{job.train.epochs} cannot be counted at {task.ctx.world_size} processes; resume with "
+                         f"{point.checkpoint.manifest['world_size']} processes")
+    o = job.optim
+    return total, LRSchedule(o.lr, total, o.schedule, o.warmup_steps, o.min_lr_ratio)
 
 
 def _plan_run_dir(cfg: Config, choices: dict, point: ResumePoint | None) -> Path:
@@ -247,20 +276,42 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
     return run_dir
 
 
-def _resume(plan: Plan, model, optimizer, task) -> Progress:
-    """Restore every rank from the checkpoint chosen in preflight (the same on every rank, checked)."""
+def _resume(plan: Plan, model, optimizer, task) -> tuple[Progress, list[dict]]:
+    """Restore every rank from the checkpoint chosen in preflight (the same on every rank, checked); returns the
+    progress and the run's world-size changes (this resume's last, when it changes the world size)."""
     point = plan.resume
     if point is None:
-        return Progress()
+        return Progress(), []
     chosen = broadcast_object(str(point.checkpoint.path))
     if chosen != str(point.checkpoint.path):
         raise SetupError(f"rank {plan.ctx.rank} would resume from {point.checkpoint.path} but rank 0 from {chosen}; "
                          "do all ranks see the same run folder?")
     manager = CheckpointManager(point.checkpoint.path.parent, plan.ctx.rank, plan.ctx.world_size)
-    progress = train_state.restore(manager, point.checkpoint, model, optimizer, task)
+    if point.resize is None:
+        progress = train_state.restore(manager, point.checkpoint, model, optimizer, task)
+        changes = point.world_size_changes
+    else:
+        progress, changes = _resume_resized(plan, manager, model, optimizer, task)
     if plan.ctx.is_main:
         print(f"lioncub: resumed from {point.checkpoint.path} (step {progress.step})", flush=True)
-    return progress
+    return progress, changes
+
+
+def _resume_resized(plan: Plan, manager: CheckpointManager, model, optimizer, task) -> tuple[Progress, list[dict]]:
+    """A resume at another world size (src.reliability.resize): restore, check the replicas, record the change."""
+    point, ctx = plan.resume, plan.ctx
+    resize = point.resize
+    progress, rules = train_state.restore_resized(manager, point.checkpoint, model, optimizer, task, resize,
+                                                  plan.job.seed)
+    per_step_before = task.units_per_step() // ctx.world_size * resize.old
+    progress.units_offset += resize.step * (per_step_before - task.units_per_step())  # tokens/samples go on counting
+    check_replicas(named_parameters_with_aliases(model), resize.step)
+    before = point.checkpoint.manifest.get("meta", {}).get("config_adjusted", {})
+    change = world_size_change(resize, rules, str(point.checkpoint.path), before,
+                               {a.key: a.record() for a in optimizer.adjustments()})
+    if ctx.is_main:
+        print(change_line(change), flush=True)
+    return progress, [*point.world_size_changes, change]
 
 
 def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
@@ -272,11 +323,12 @@ def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
 
 
 def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progress: Progress,
-           stop: StopSignals) -> StepHooks:
+           stop: StopSignals, changes: list[dict]) -> StepHooks:
     id_file = run_dir / ID_FILE
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
-                                       plan.ctx.world_size, wandb_id, plan.steps)
+                                       plan.ctx.world_size, wandb_id, plan.steps, changes,
+                                       {a.key: a.record() for a in optimizer.adjustments()})
     return StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 
@@ -353,7 +405,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
             for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
                 print(adjustment.line(), flush=True)
-        progress = _resume(plan, model, optimizer, task)
+        progress, changes = _resume(plan, model, optimizer, task)
         trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
         trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
@@ -362,8 +414,10 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             _restore_wandb_id(plan, run_dir)
         resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
         sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+        if plan.resume is not None and plan.resume.resize is not None:
+            sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
         stop = StopSignals()
-        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop)
+        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop, changes)
         stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
                            world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
@@ -380,9 +434,10 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                    "skipped_steps": hooks.progress.skipped_steps,
                    "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                    "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained)}
+                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
+                   "world_size_changes": changes}
         summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
-                                      ctx.world_size, ctx.device))
+                                      ctx.world_size, ctx.device, changes))
         adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
         summary["config_adjusted"] = recorded(adjusted)
         if optimizer.kernels_record() is not None:

@@ -31,6 +31,7 @@ from src.errors import SetupError
 from src.comm.cost.network import Network
 from src.optim.variant import Variant, check_keys
 from src.reliability.config import Checkpoint, Fault, Guard, NonFinite, Reliability
+from src.reliability.resize import POLICIES
 from src.runlog.sinks import Logger
 
 Count = Annotated[int, Range(ge=1)]
@@ -137,6 +138,7 @@ class Config:
     run: Run
     resume: Annotated[bool | str, Doc("false, true, auto or a checkpoint or run folder", replace=True)]
     resume_rewind: bool
+    resume_momenta: Annotated[str, OneOf(POLICIES)]
     expect_world_size: Count | None
     paper_world_size: Annotated[list, Doc("the world sizes of the paper's runs of a preset")] | None
     checkpoint: Checkpoint

@@ -4,7 +4,8 @@
   times the timed steps, over `train_time`. The timed steps are those after `train.timing_skip`, and `train_time`
   is their summed step time (src/engine/loop.py: evaluations, statistics and the warm-up steps left out), so the
   rate is the timing table's (src/runlog/timing_table.py) units per mean step. A step the non-finite vote skipped
-  counts: its forward and backward ran. A resumed run's figure spans all its attempts, as `train_time` does.
+  counts: its forward and backward ran. A resumed run's figure spans all its attempts, as `train_time` does; where
+  it changed its world size (`world_size_changes`), each stretch of steps counts at the world size it ran at.
 - `flops_per_token` (GPT): training FLOPs per token, 6 N + 12 L H Q T (src/models/flops.py).
 - `mfu` (GPT on a GPU): flops_per_token x tokens_per_s per GPU over the GPU's dense bf16 peak
   (src/utils/gpu_peak.py), as nanoGPT's `estimate_mfu`; against the bf16 peak also for a run in `precision=fp32`.
@@ -21,10 +22,25 @@ RATE_KEYS = {"tokens": "tokens_per_s", "samples": "images_per_s"}  # every sampl
 RATE_NAMES = {"tokens": "tokens/s", "samples": "images/s"}
 
 
-def units_per_second(units_per_step: int, steps: int, timing_skip: int, train_time: float) -> float | None:
+def timed_units(units_per_step: int, steps: int, timing_skip: int, world_size: int,
+                changes: list[dict] = ()) -> float:
+    """Units trained in the steps after `timing_skip`: `units_per_step` at this `world_size`, scaled to the world
+    size each stretch ran at where the run changed it (`changes`: summary.json's `world_size_changes`, each with
+    the `step` of its checkpoint and the sizes `from` and `to`)."""
+    per_rank, total, start = units_per_step / world_size, 0.0, timing_skip
+    for change in sorted(changes, key=lambda c: c["step"]):  # steps start..change["step"] ran at change["from"]
+        total += per_rank * change["from"] * max(change["step"] - start, 0)
+        start = max(start, change["step"])
+    return total + per_rank * world_size * max(steps - start, 0)
+
+
+def units_per_second(units_per_step: int, steps: int, timing_skip: int, train_time: float, world_size: int = 1,
+                     changes: list[dict] = ()) -> float | None:
     """Units trained per second over the steps after `timing_skip` (None: no timed step, or no time)."""
     timed = max(steps - timing_skip, 0)
-    return units_per_step * timed / train_time if timed and train_time > 0 else None
+    if not timed or train_time <= 0:
+        return None
+    return timed_units(units_per_step, steps, timing_skip, world_size, changes) / train_time
 
 
 def mfu(flops_per_token: int | None, tokens_per_s: float | None, world_size: int,
@@ -47,9 +63,9 @@ def mfu(flops_per_token: int | None, tokens_per_s: float | None, world_size: int
 
 
 def throughput(unit: str, units_per_step: int, steps: int, timing_skip: int, train_time: float, world_size: int,
-               flops_per_token: int | None = None, gpu: str | None = None) -> dict:
+               flops_per_token: int | None = None, gpu: str | None = None, changes: list[dict] = ()) -> dict:
     """The summary's throughput keys (see the module doc)."""
-    rate = units_per_second(units_per_step, steps, timing_skip, train_time)
+    rate = units_per_second(units_per_step, steps, timing_skip, train_time, world_size, changes)
     out: dict = {RATE_KEYS[unit]: rate}
     if flops_per_token is not None:
         out["flops_per_token"] = flops_per_token
@@ -72,7 +88,8 @@ def throughput_line(summary: dict, unit: str, timing_skip: int) -> str:
 
 
 def run_throughput(task, model: torch.nn.Module, steps: int, timing_skip: int, train_time: float, world_size: int,
-                   device: torch.device) -> dict:
-    """`throughput` of a run of `task` (src.engine.tasks) with `model` (the plain module) on `device`."""
+                   device: torch.device, changes: list[dict] = ()) -> dict:
+    """`throughput` of a run of `task` (src.engine.tasks) with `model` (the plain module) on `device`, whose world
+    size changed as `changes` say (summary.json's `world_size_changes`)."""
     return throughput(task.unit, task.units_per_step(), steps, timing_skip, train_time, world_size,
-                      task.flops_per_unit(model), gpu_name(device))
+                      task.flops_per_unit(model), gpu_name(device), changes)

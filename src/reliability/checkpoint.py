@@ -10,18 +10,22 @@ one copy. Layout, one folder per step under `root`:
                         size of every file, and the caller's metadata (LR schedule position, W&B run id, ...)
 
 Every file is written to a temporary name, flushed, fsynced and renamed, so a crash leaves either the old state
-or a complete new file. A folder without a manifest, or whose files do not match their checksums, is not a
-checkpoint: `latest()` skips it and returns the newest one that verifies. Rank 0 deletes all but the newest `keep`.
+or a complete new file. A folder without a manifest, whose manifest does not list model.pt and every rank's file,
+or whose files do not match their checksums, is not a checkpoint: `latest()` skips it and returns the newest one
+that verifies. Rank 0 deletes all but the newest `keep`.
 All ranks must call `save` and `latest` together (they use barriers and a broadcast when a process group is up).
 
-Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=`
-may name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only
-tensors, containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
-reconstruction, for the NumPy RNG state). `open()` also scans this rank's files before anything is loaded
-(`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and
-refuses a file that names anything else, naming the file and the globals, so `resume=` fails before training
-starts. Tensors are loaded onto the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs
-resumes on CPUs and back (src/reliability/train_state.py moves each piece where it belongs).
+Loading is safe and device-independent. A pickle can call any importable function while it loads, and `resume=` may
+name a folder someone else wrote, so files are read with `torch.load(weights_only=True)`, which builds only tensors,
+containers and plain values, plus the few extra types a checkpoint holds (`SAFE_GLOBALS`: NumPy's array
+reconstruction, for the NumPy RNG state). `open()` also scans the files this rank will read before anything is
+loaded (model.pt and its own; every rank's when the checkpoint's world size is not this run's, since a rank of
+another world size may read any of them: src.reliability.resize)
+(`torch.serialization.get_unsafe_globals_in_checkpoint` reads the pickle's opcodes without running them) and refuses
+a file that names anything else, naming the file and the globals, so `resume=` fails before training starts.
+`load_rank(..., mmap=True)` maps a file's tensors instead of reading them (private pages). Tensors are loaded onto
+the CPU (`map_location`), whatever device wrote them: a checkpoint written on GPUs resumes on CPUs and back
+(src/reliability/train_state.py moves each piece where it belongs).
 """
 from __future__ import annotations
 
@@ -143,9 +147,13 @@ class CheckpointManager:
         return sorted(p for p in self.root.iterdir() if p.is_dir() and _STEP_DIR.match(p.name))
 
     def verify(self, folder: Path) -> Checkpoint | None:
-        """The checkpoint in `folder` if its manifest exists and every file matches its checksum, else None."""
+        """The checkpoint in `folder` if its manifest exists, lists model.pt and every rank's file, and every file
+        matches its checksum, else None."""
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
+            needed = {"model.pt", *(rank_file(r) for r in range(int(manifest["world_size"])))}
+            if not needed <= set(manifest["files"]):  # every rank's file, or it is no checkpoint of that world
+                return None
             for name, entry in manifest["files"].items():
                 path = folder / name
                 if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
@@ -185,19 +193,23 @@ class CheckpointManager:
             choice = box[0]
         return None if choice is None else self.open(Path(choice))
 
-    def open(self, folder: str | os.PathLike) -> Checkpoint:
-        """A checkpoint folder given explicitly; raises CheckpointError when it cannot be used by this run."""
+    def open(self, folder: str | os.PathLike, resize: bool = False) -> Checkpoint:
+        """A checkpoint folder given explicitly; raises CheckpointError when it cannot be used by this run. With
+        `resize`, a checkpoint of another world size is accepted (src.reliability.resize) and every rank's file is
+        scanned, since this rank may read any of them."""
         folder = Path(folder)
         found = self.verify(folder)
         if found is None:
-            raise CheckpointError(f"{folder} is not a complete checkpoint (manifest missing or checksum mismatch); "
-                                  f"valid ones under {folder.parent}: "
-                                  f"{[p.name for p in self._candidates() if self.verify(p)] or 'none'}")
-        if found.manifest["world_size"] != self.world_size:
-            raise CheckpointError(f"checkpoint {folder} was written by {found.manifest['world_size']} ranks, but this "
-                                  f"run has world_size={self.world_size}: per-rank optimizer state (each rank's own "
+            valid = [p.name for p in self._candidates() if self.verify(p)] or "none"
+            raise CheckpointError(f"{folder} is not a complete checkpoint (manifest missing, or a file missing or "
+                                  f"not matching its checksum); valid ones under {folder.parent}: {valid}")
+        saved = found.manifest["world_size"]
+        if saved != self.world_size and not resize:
+            raise CheckpointError(f"checkpoint {folder} was written by {saved} ranks, but this run has "
+                                  f"world_size={self.world_size}: per-rank optimizer state (each rank's own "
                                   "momentum) cannot be remapped; resume with the same number of ranks")
-        for name in ("model.pt", rank_file(self.rank)):
+        ranks = [self.rank] if saved == self.world_size else range(saved)
+        for name in ("model.pt", *(rank_file(r) for r in ranks)):
             check_safe(folder / name)
         return found
 
@@ -205,6 +217,15 @@ class CheckpointManager:
         """(model_state, this rank's state) of a verified checkpoint, loaded safely (see the module docstring)."""
         return (load_safe(checkpoint.path / "model.pt", map_location),
                 load_safe(checkpoint.path / rank_file(self.rank), map_location))
+
+    def load_model(self, checkpoint: Checkpoint) -> dict:
+        """The model state of a verified checkpoint, on the CPU."""
+        return load_safe(checkpoint.path / "model.pt", "cpu")
+
+    def load_rank(self, checkpoint: Checkpoint, rank: int, mmap: bool = False) -> dict:
+        """Rank `rank`'s file of a verified checkpoint (any rank's: a resume at another world size), on the CPU;
+        `mmap` maps its tensors instead of reading them (private pages: writes never reach the file)."""
+        return load_safe(checkpoint.path / rank_file(rank), "cpu", mmap=mmap)
 
 
 def _allowed_names() -> set[str]:
@@ -224,11 +245,11 @@ def check_safe(path: Path) -> None:
                               "it was altered; resume from a checkpoint you trust")
 
 
-def load_safe(path: Path, map_location: str | torch.device = "cpu") -> Any:
+def load_safe(path: Path, map_location: str | torch.device = "cpu", mmap: bool = False) -> Any:
     """`torch.load(path, weights_only=True)` with SAFE_GLOBALS; CheckpointError naming the file otherwise."""
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:  # torch's message ends with advice to load unsafely: keep the reason
         reason = re.search(r"WeightsUnpickler error: (.*?)(?: Please use|\n|$)", str(exc))
         raise CheckpointError(f"{path} was refused by the safe loader (nothing of it was run): "

@@ -11,8 +11,10 @@ from step 0 in that folder (a new one, or one a run left without a checkpoint); 
 - `rewind`: the same with `resume_rewind=true`: in the original folder, deleting its newer checkpoints and rows.
 
 Before anything starts, the checkpoint must verify (manifest and checksums; a checkpoint cut short is skipped for
-the previous one), have been written by the same number of ranks (each rank's momentum is its own), and match
-the model's parameter shapes and the variant; otherwise a SetupError says what differs and what to do.
+the previous one) and match the model's parameter shapes and the variant; otherwise a SetupError says what
+differs and what to do. A checkpoint written by another number of ranks continues at this run's
+(`ResumePoint.resize`, src.reliability.resize), its momenta following `resume_momenta`; the variant was checked at
+this world size before (src.engine.run.check_variant: field widths, `reducer: auto`, `expect_world_size`).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from src.errors import SetupError
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
+from src.reliability.resize import Resize
 from src.reliability.train_state import CHECKPOINT_DIR, model_shapes
 
 MODES = "false, true, auto or a checkpoint/run folder"
@@ -38,6 +41,12 @@ class ResumePoint:
     checkpoint: Checkpoint
     mode: str = "continue"  # see MODES_OF_RESUME
     newest_step: int | None = None  # the run's newest complete checkpoint (later than `checkpoint` unless continuing)
+    resize: Resize | None = None  # the checkpoint's world size is not this run's
+
+    @property
+    def world_size_changes(self) -> list[dict]:
+        """The world-size changes of the run before this resume (kept in its checkpoints' metadata)."""
+        return list(self.checkpoint.manifest.get("meta", {}).get("world_size_changes", []))
 
 
 def resume_mode(cfg) -> str:
@@ -64,7 +73,7 @@ def _run_dir_of(cfg, mode: str) -> Path:
 
 def _from_path(path: Path, manager_for) -> tuple[Path, Checkpoint | None]:
     if (path / "manifest.json").is_file() or path.parent.name == CHECKPOINT_DIR:
-        return path.parent.parent, manager_for(path.parent).open(path)
+        return path.parent.parent, manager_for(path.parent).open(path, resize=True)
     if (path / CHECKPOINT_DIR).is_dir():
         return path, manager_for(path / CHECKPOINT_DIR).newest_valid()
     raise SetupError(f"resume={path}: not a checkpoint folder (no manifest.json) nor a run folder (no "
@@ -104,7 +113,7 @@ def find_resume_point(cfg, rank: int, world_size: int) -> ResumePoint | None:
             run_dir = _run_dir_of(cfg, mode)
             found = manager_for(run_dir / CHECKPOINT_DIR).newest_valid()
         if found is not None:
-            found = manager_for(found.path.parent).open(found.path)  # world size check
+            found = manager_for(found.path.parent).open(found.path, resize=True)  # every file this rank may read
     except CheckpointError as exc:
         raise SetupError(f"resume={cfg.resume}: {exc}") from exc
     if found is None and mode != "auto":
@@ -113,7 +122,9 @@ def find_resume_point(cfg, rank: int, world_size: int) -> ResumePoint | None:
         return None
     newest = max(manager_for(found.path.parent).completed_steps(), default=found.step)
     chosen = _mode(cfg, found, newest) if mode == "path" else "continue"  # true/auto: the newest valid one
-    point = ResumePoint(Path(run_dir), found, chosen, newest)
+    saved = found.manifest["world_size"]
+    resize = None if saved == world_size else Resize(found.step, saved, world_size, cfg.resume_momenta)
+    point = ResumePoint(Path(run_dir), found, chosen, newest, resize)
     if point.mode != "branch" and cfg.run.dir and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
         raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
                          "run.dir unset or give the same folder")

@@ -10,6 +10,11 @@ the variant and the parameter shapes, which `src.reliability.resume` checks befo
 Restoring order matters for bitwise equality: model, optimizer and data position first, the RNG states last (a
 data loader may draw from the global generator when it is rebuilt).
 
+At another world size (`restore_resized`, src.reliability.resize): new rank j's optimizer state is reshaped from
+the old ranks' by `resume_momenta` and the rules of src.reliability.resize; its progress and data position come
+from old rank j mod P, the data position re-derived by the task for the new ranks (`load_resized_data_state`), and
+the process RNGs are seeded with a seed of its own (`derived_seed`) instead of restored.
+
 Across devices: every file is loaded onto the CPU (safely: src.reliability.checkpoint), then the model's
 `load_state_dict` copies into the parameters on their device, and the optimizer's moves the momenta to it (torch
 keeps `step` counters on the CPU, as it makes them). Generator states follow the rule of src.reliability.rng: one
@@ -26,7 +31,8 @@ import torch
 from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
-from src.reliability.rng import capture_rng_state, fits_generator, restore_rng_state
+from src.reliability.resize import DATA_STREAM, RNG_STREAM, Resize, ReshapeError, derived_seed, reshape_optimizer_state
+from src.reliability.rng import capture_rng_state, fits_generator, restore_rng_state, seed_host_rngs
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -40,6 +46,7 @@ class Progress:
     train_time: float = 0.0
     wall_time: float = 0.0
     warmup_time: float = 0.0  # the first `train.timing_skip` steps' time, kept out of train_time
+    units_offset: int = 0  # tokens/samples after step s: s * units per step + this (not 0 once the world size changed)
 
 
 def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
@@ -47,10 +54,14 @@ def model_shapes(model: torch.nn.Module) -> dict[str, list[int]]:
 
 
 def checkpoint_meta(model: torch.nn.Module, variant: dict, world_size: int, wandb_id: str | None,
-                    total_steps: int) -> dict:
-    """The run-level facts a resumed run is checked against (stored in the manifest)."""
+                    total_steps: int, world_size_changes: list[dict] | None = None,
+                    adjusted: dict | None = None) -> dict:
+    """The run-level facts a resumed run is checked against (stored in the manifest): besides shapes and variant,
+    the run's world-size changes so far and the values the optimizer used in place of the configured ones
+    (`adjusted`: key -> Adjustment.record(), as summary.json's `config_adjusted`)."""
     return {"model_shapes": model_shapes(model), "variant": variant, "world_size": world_size,
-            "wandb_id": wandb_id, "total_steps": total_steps}
+            "wandb_id": wandb_id, "total_steps": total_steps, "world_size_changes": list(world_size_changes or []),
+            "config_adjusted": dict(adjusted or {})}
 
 
 def rank_state(optimizer, task, progress: Progress, rng: dict | None = None, data: dict | None = None) -> dict:
@@ -63,7 +74,7 @@ def save(manager: CheckpointManager, model, optimizer, task, progress: Progress,
          rng: dict | None = None, data: dict | None = None) -> Path:
     """Write the checkpoint of `progress.step` (collective)."""
     model_state = model.state_dict() if manager.rank == 0 else None
-    meta = {**meta, "step": progress.step, "progress": asdict(progress)}
+    meta = {**meta, "step": progress.step, "progress": asdict(progress), "data_position": task.position(data)}
     return manager.save(progress.step, rank_state(optimizer, task, progress, rng, data), model_state, meta)
 
 
@@ -94,3 +105,45 @@ def restore(manager: CheckpointManager, checkpoint: Checkpoint, model, optimizer
         for note in notes:
             print(f"lioncub: note: resuming {checkpoint.path}: {note}", flush=True)
     return Progress(**mine["progress"])
+
+
+def _reader(manager: CheckpointManager, checkpoint: Checkpoint, resize: Resize):
+    """old rank -> its file (each read once; memory-mapped unless it is this rank's source, which is read whole)."""
+    cache: dict[int, dict] = {}
+    source = resize.source(manager.rank)
+
+    def read(old_rank: int) -> dict:
+        if old_rank not in cache:
+            cache[old_rank] = manager.load_rank(checkpoint, old_rank, mmap=old_rank != source)
+        return cache[old_rank]
+
+    return read
+
+
+def restore_resized(manager: CheckpointManager, checkpoint: Checkpoint, model, optimizer, task, resize: Resize,
+                    seed: int) -> tuple[Progress, dict]:
+    """Load `checkpoint` of `resize.old` ranks into this rank of `resize.new` (src.reliability.resize); returns the
+    loop's progress and the rules used (what each part of the state became)."""
+    where = f"resume from {checkpoint.path} at world size {resize.new}"
+    try:
+        model_state = manager.load_model(checkpoint)
+        read = _reader(manager, checkpoint, resize)
+        optimizer_state, rules = reshape_optimizer_state(lambda r: read(r)["optimizer"], manager.rank, resize,
+                                                         f"checkpoint {checkpoint.path}")
+        source = read(resize.source(manager.rank))
+    except (CheckpointError, ReshapeError) as exc:
+        raise SetupError(f"{where}: {exc}; resume with {resize.old} ranks, or start a new run") from exc
+    model.load_state_dict(model_state)
+    optimizer_state, notes = portable_optimizer_state(optimizer_state, next(model.parameters()).device)
+    optimizer.load_state_dict(optimizer_state)
+    rng_seed = derived_seed(seed, resize.step, resize.new, manager.rank, RNG_STREAM)
+    torch.manual_seed(rng_seed)  # first: a data loader rebuilt for its position draws from the global generator
+    seed_host_rngs(rng_seed)
+    rules["rng"] = f"re-derived from (seed, step {resize.step}, world size {resize.new}, rank)"
+    rules["data"] = task.load_resized_data_state(source["data"], resize.old,
+                                                 derived_seed(seed, resize.step, resize.new, manager.rank, DATA_STREAM))
+    if manager.rank == 0:
+        for note in notes:
+            print(f"lioncub: note: resuming {checkpoint.path}: {note}", flush=True)
+    return Progress(**source["progress"]), rules
+

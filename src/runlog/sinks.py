@@ -97,6 +97,11 @@ class Sinks:
         if self.wandb:
             self.wandb.log(row)
 
+    def note(self, text: str) -> None:
+        """A line about the run as a whole (a world-size change): a W&B note; metrics.jsonl has no place for it."""
+        if self.wandb:
+            self.wandb.note(text)
+
     def close(self, summary: dict) -> None:
         if self.metrics:
             self.metrics.close()

@@ -5,7 +5,8 @@ Offline by default (`logger.mode=offline`: the run is written under `<run dir>/w
 a run folder that already holds one continues the same W&B run (`resume="allow"`), which is what a resumed training
 run does. A later attempt writes under `<run dir>/wandb/attempt<N>/` (W&B names its offline folder after the second
 it started in, so two attempts within one second would otherwise share, and overwrite, one folder). Each step logs
-the same row as `metrics.jsonl`, with `step` as the W&B step.
+the same row as `metrics.jsonl`, with `step` as the W&B step. `note` appends a line to the run's notes (a resume at
+another world size says so there; the run id, and so the run, stays the same).
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ class WandbLogger:
 
     def log(self, row: dict) -> None:
         self.run.log({k: v for k, v in row.items() if v is not None}, step=int(row["step"]))
+
+    def note(self, text: str) -> None:
+        self.run.notes = "\n".join(line for line in (self.run.notes, text) if line)
 
     def finish(self, summary: dict) -> None:
         """End the W&B run; offline, wait until its file is complete (W&B writes it after `finish()` returns, and

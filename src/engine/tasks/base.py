@@ -5,7 +5,10 @@ A task is built from the composed config and this rank's `DistContext`. The loop
 `build_model(device)` (also on the meta device for checks), `check_model(model)`, `open_data(model)` (raises
 `src.data.errors.DataError` or `SetupError` before training), then `next_batch()` / `loss(model, batch)` per step
 and `evaluate(model)` (a dict of metrics already averaged over ranks) every `train.eval_every` steps.
-Checkpoints save `data_state()` and a resumed run calls `load_data_state(state)` before its first step.
+Checkpoints save `data_state()` and a resumed run calls `load_data_state(state)` before its first step; a run
+resumed at another world size calls `load_resized_data_state(state, old_world_size, seed)` instead, with the
+state of old rank (rank mod old_world_size) and a seed of this rank's own (src.reliability.resize). `position()` is
+the part of the data position the manifest keeps in JSON (for the step count of a resized epoch run).
 """
 from __future__ import annotations
 
@@ -85,6 +88,21 @@ class Task(ABC):
 
     def load_data_state(self, state: dict) -> None:
         """Continue from a position saved by `data_state()` (after `open_data`)."""
+
+    def position(self, state: dict | None = None) -> dict:
+        """The data position of `state` (a `data_state()`; None: now) as plain JSON values, for the manifest."""
+        return {}
+
+    @abstractmethod
+    def load_resized_data_state(self, state: dict, old_world_size: int, seed: int) -> str:
+        """Continue a run of `old_world_size` ranks, whose data position was `state` (of old rank
+        rank mod old_world_size), at this task's world size, drawing new randomness from `seed` (this rank's own);
+        returns how, in a few words (it goes into the resume's record)."""
+
+    def resized_steps(self, position: dict, step: int, epochs: int) -> int | None:
+        """Total steps of a run of `epochs` epochs at this world size that is at `step` with data `position` (saved
+        at another world size); None where steps are not counted in epochs."""
+        return None
 
 
 def sum_over_ranks(values: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,8 @@ Each rank draws its own random windows (`src.data.TokenWindows`, seeded by rank)
 next-token cross entropy. Evaluation is the validation loss over `train.eval_batches` windows per rank, the same
 windows at every evaluation (the val stream is rewound), averaged over ranks. A step consumes
 batch_size * block_size * world_size tokens, each costing 6 N + 12 L H Q T training FLOPs (src/models/flops.py).
+Resumed at another world size, every rank draws from a new stream of its own (the seed src.reliability.resize
+derives for it): no rank replays another rank's windows.
 """
 from __future__ import annotations
 
@@ -78,3 +80,10 @@ class GPTTask(Task):
 
     def load_data_state(self, state: dict) -> None:
         self.train.load_state_dict(state["train"])
+
+    def position(self, state: dict | None = None) -> dict:
+        return {"batches_drawn": int((state or self.data_state())["train"]["batches_drawn"])}
+
+    def load_resized_data_state(self, state: dict, old_world_size: int, seed: int) -> str:
+        self.train.continue_stream(seed, int(state["train"]["batches_drawn"]))
+        return "token windows: a new stream for every rank (seed derived from seed, step, world size, rank)"

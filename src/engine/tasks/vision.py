@@ -10,6 +10,12 @@ batches by index (`_ResumableSampler`, no image is loaded for them). Resume is b
 (augmentations draw from the restored global RNG); with workers the order of images is exact but the workers'
 augmentation seeds come from a new base seed, so augmentations differ from the interrupted run (documented in
 docs/reliability.md).
+
+At another world size: after b batches of B images on P ranks, an epoch has used exactly the first P * B * b
+positions of its permutation (rank r took positions r, r + P, ...). A run resumed on P' ranks splits the rest of
+that permutation, from that position (`offset`) on, the same way over its ranks, so the epoch neither repeats nor
+skips an image (as in any epoch, fewer than P' * B images at its end that do not fill a step are left out); the next
+epochs are ordinary P'-rank epochs. `resized_steps` counts the steps left accordingly.
 """
 from __future__ import annotations
 
@@ -26,19 +32,29 @@ from src.engine.tasks.base import Task, sum_over_ranks
 
 
 class _ResumableSampler(Sampler):
-    """A DistributedSampler's indices for the current epoch, from position `start` on."""
+    """A DistributedSampler's indices for the current epoch, from position `start` on; in an epoch taken over from
+    another world size, the rest of its permutation from `offset` on, split over the ranks as the sampler splits."""
 
     def __init__(self, base: DistributedSampler):
-        self.base, self.start = base, 0
+        self.base, self.start, self.offset = base, 0, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.base.set_epoch(epoch)
 
+    def _rest(self) -> list[int]:
+        """This rank's indices of the permutation's positions offset, offset + 1, ... (every rank the same count)."""
+        base = self.base
+        g = torch.Generator().manual_seed(base.seed + base.epoch)  # DistributedSampler's permutation of the epoch
+        rest = torch.randperm(len(base.dataset), generator=g)[self.offset:].tolist()
+        each = len(rest) // base.num_replicas
+        return rest[base.rank: each * base.num_replicas: base.num_replicas]
+
     def __iter__(self):
-        return itertools.islice(iter(self.base), self.start, None)
+        return itertools.islice(iter(self.base) if self.offset == 0 else iter(self._rest()), self.start, None)
 
     def __len__(self) -> int:
-        return len(self.base) - self.start
+        total = len(self.base) if self.offset == 0 else (len(self.base.dataset) - self.offset) // self.base.num_replicas
+        return max(0, total - self.start)
 
 
 class VisionTask(Task):
@@ -103,6 +119,7 @@ class VisionTask(Task):
                 break
             except StopIteration:
                 self.epoch, self.batch, self._it, self.sampler.start = self.epoch + 1, 0, None, 0
+                self.sampler.offset = 0
         dev = self.ctx.device
         return x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
 
@@ -129,13 +146,41 @@ class VisionTask(Task):
         return {"val/acc": correct / count, "val/loss": loss / count}
 
     def data_state(self) -> dict:
-        return {"epoch": self.epoch, "batch": self.batch}
+        """Epoch, batches drawn in it, where this world size took the epoch over (`offset`, 0 unless resized) and
+        the permutation positions used so far (`samples`)."""
+        used = self.sampler.offset + self.ctx.world_size * self.cfg.data.batch_size * self.batch
+        return {"epoch": self.epoch, "batch": self.batch, "offset": self.sampler.offset, "samples": used}
+
+    def position(self, state: dict | None = None) -> dict:
+        return dict(state or self.data_state())
 
     def load_data_state(self, state: dict) -> None:
         """Continue at batch `batch` of epoch `epoch`; the iterator is built now, before the RNGs are restored,
         exactly as the interrupted run built it at the start of the epoch (it draws a seed from the global RNG)."""
         self.epoch, self.batch, self._it = int(state["epoch"]), int(state["batch"]), None
-        if self.batch > 0:
+        self.sampler.offset = int(state.get("offset", 0))  # absent in checkpoints of runs never resized
+        if self.batch > 0 or self.sampler.offset > 0:
             self.sampler.start = self.batch * self.cfg.data.batch_size
             self.sampler.set_epoch(self.epoch)
             self._it = iter(self.loader)
+
+    def _used(self, state: dict, old_world_size: int) -> int:
+        """Permutation positions of epoch `state["epoch"]` that `state`'s run had used."""
+        if "samples" in state:
+            return int(state["samples"])
+        return int(state.get("offset", 0)) + old_world_size * self.cfg.data.batch_size * int(state["batch"])
+
+    def load_resized_data_state(self, state: dict, old_world_size: int, seed: int) -> str:
+        """Take over epoch `state["epoch"]` after the positions the old ranks used (see the module docstring)."""
+        used = self._used(state, old_world_size)
+        self.load_data_state({"epoch": state["epoch"], "batch": 0, "offset": used})
+        return (f"epoch {self.epoch} continues from position {used} of its permutation, split over "
+                f"{self.ctx.world_size} ranks (no image repeated or skipped)")
+
+    def resized_steps(self, position: dict, step: int, epochs: int) -> int | None:
+        """`step`, plus the steps left in the current epoch from `position`, plus the later epochs' steps."""
+        if "samples" not in position:
+            return None
+        left = (len(self.train_set) - int(position["samples"])) // self.ctx.world_size // self.cfg.data.batch_size
+        later = max(0, epochs - int(position["epoch"]) - 1) * self.steps_per_epoch()
+        return step + max(0, left) + later
