@@ -24,11 +24,13 @@ from src.reliability.checkpoint import CheckpointManager, rank_file
 from src.reliability.resize import Resize
 from src.reliability.rng import seed_host_rngs
 
-VARIANTS = {"cub4": ["variant=cub4", "variant.reducer.compile=false"],
-            "cub1": ["variant=cub1", "variant.reducer.compile=false"], "lion32": ["variant=lion32"],
+VARIANTS = {"cub4": ["variant=cub4", "variant.kernels=torch"],
+            "cub1": ["variant=cub1", "variant.kernels=torch"], "lion32": ["variant=lion32"],
             "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=4", "optim=gpt_adamw", "optim.lr=1e-4"],
             "dlion_mavo": ["variant=dlion_mavo"],
-            "cub4_2bit": ["variant=cub4", "variant.reducer.compile=false", "variant.reducer.bits=2"]}
+            "cub4_2bit": ["variant=cub4", "variant.kernels=torch", "variant.reducer.bits=2"],
+            # the fused step (src/optim/fused/: momenta in a flat buffer), under Triton's interpreter here
+            "cub4_fused": ["variant=cub4", "variant.kernels=triton"]}
 TOTAL_STEPS = 40
 _CHECKPOINTS: dict[tuple[str, int, int], tuple] = {}  # in the test process: checkpoints written this session
 
