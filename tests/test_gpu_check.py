@@ -261,7 +261,7 @@ def test_sync_budget_on_a_recorded_report():
     assert {step: len(s) for step, s in plain.items()} == {1: 2, 2: 1, 3: 1, 4: 2, 5: 1}  # contexts left out
     every_step = syncs.within_budget(report, warmup=0, faults=())
     assert every_step == [
-        "step 1: 2 synchronisations: src/comm/reducers/pbit.py:90 _plan; src/reliability/nonfinite.py:60 vote",
+        "step 1: 2 synchronisations: src/comm/pbit.py:90 _plan; src/reliability/nonfinite.py:60 vote",  # as recorded
         "step 4: 2 synchronisations: src/reliability/nonfinite.py:60 vote; src/optim/lion_cub.py:200 step",
         "step 5: its synchronisation is not the non-finite vote's: src/optim/lion_cub.py:200 step"]
     assert syncs.within_budget(report, warmup=1, faults=()) == every_step[1:]
