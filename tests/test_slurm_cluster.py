@@ -237,9 +237,9 @@ def test_submitit_sweep_runs_both_points_as_two_rank_jobs(slurm, demo_tokens, tm
                "hydra.launcher.partition=debug", "hydra.launcher.tasks_per_node=2", "hydra.launcher.gpus_per_node=null",
                "hydra.launcher.cpus_per_task=1", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summaries = [json.loads(p.read_text()) for p in sorted((tmp_path / "runs").glob("*/summary.json"))]
-    variants = sorted(p.parent.name.rsplit("-", 1)[1] for p in (tmp_path / "runs").glob("*/summary.json"))
-    assert variants == ["cub4", "lion32"]
+    found = sorted((tmp_path / "runs").glob("*-sweep-*/*/summary.json"))  # <root>/<sweep folder>/<n>-<point>/
+    summaries = [json.loads(p.read_text()) for p in found]
+    assert sorted(p.parent.name.rsplit("_", 1)[1] for p in found) == ["cub4", "lion32"]  # 0-variant_lion32, ...
     assert all(s["world_size"] == 2 and s["ranks_in_sync"] and s["steps"] == 3 for s in summaries), summaries
 
 

@@ -323,7 +323,8 @@ def cached_or_calibrate(network: str, job_args: list[str], nodes: int, nproc_per
     known = sibling_points(path)
     if known:
         say(f"calibrate: starting from the {len(known)} runs of this setting's other link calibration")
-    record = calibrate(network, overrides, nodes, nproc_per_node, say=say, known=known)
+    data = [a for a in job_args if a.startswith("data.dir=")]  # where the data is: not the setting, but needed
+    record = {**calibrate(network, overrides + data, nodes, nproc_per_node, say=say, known=known), "setting": overrides}
     write_atomically(path, record)
     say(f"calibrate: {network} = {record['rate'] / 1e6:.1f} Mbit/s gives {100 * record['verified_share']:.1f} % "
         f"(target {100 * record['target_share']:.1f} %); written to {path}")
