@@ -132,4 +132,5 @@ def test_a_dry_run_prints_the_plan(capsys, tmp_path):
 
 def test_the_status_of_a_make_target_is_its_commands():
     assert session.recipe_status(2, "x\nmake: *** [Makefile:97: gpu-bench] Error 3\n") == 3
+    assert session.recipe_status(2, "make[1]: *** [Makefile:97: gpu-bench] Error 3\n") == 3  # under `make test`
     assert session.recipe_status(0, "") == 0 and session.recipe_status(2, "make: *** No rule to make target") == 2

@@ -70,8 +70,8 @@ def install(wheels: Path, site: Path, log) -> tuple[bool, str]:
 
 def recipe_status(make_status: int, output: str) -> int:
     """The exit status of the recipe's command: make exits 2 whenever a recipe fails and names the command's status
-    in its last line ("make: *** [Makefile:97: gpu-bench] Error 3")."""
-    found = re.findall(r"^make: \*\*\* \[.*\] Error (\d+)$", output, flags=re.MULTILINE)
+    in its last line ("make: *** [Makefile:97: gpu-bench] Error 3"; "make[1]: ..." under another make)."""
+    found = re.findall(r"^make(?:\[\d+\])?: \*\*\* \[.*\] Error (\d+)$", output, flags=re.MULTILINE)
     return int(found[-1]) if make_status == 2 and found else make_status
 
 
