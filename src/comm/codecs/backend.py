@@ -26,6 +26,7 @@ that the Triton kernels round as torch does there.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -78,7 +79,7 @@ def _triton_version() -> str | None:
 
 def interpreted() -> bool:
     """Whether Triton's interpreter runs the kernels (TRITON_INTERPRET=1 when their module was first imported)."""
-    if "src.comm.codecs.triton_kernels" in __import__("sys").modules:
+    if "src.comm.codecs.triton_kernels" in sys.modules:
         from src.comm.codecs import triton_kernels
         return triton_kernels.INTERPRETED
     return os.environ.get("TRITON_INTERPRET", "0") == "1"

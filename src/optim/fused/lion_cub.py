@@ -81,6 +81,7 @@ class FusedLionCub:
         self.onebit = isinstance(reducer, OneBitReducer)
         self.scaled = not self.onebit and reducer.scaled
         self.bits = 1 if self.onebit else reducer.bits
+        self._selection: tuple = (None, None)  # the momentum sync's chosen blocks: (which parameters, block indices)
 
     def new_momentum(self, k: int) -> torch.Tensor:
         """Parameter k's momentum: its view of the momentum buffer."""
@@ -197,7 +198,7 @@ class FusedLionCub:
 
     def _selected_blocks(self, selected: Sequence[bool]) -> torch.Tensor:
         key = tuple(bool(s) for s in selected)
-        if getattr(self, "_selection", (None,))[0] != key:
+        if self._selection[0] != key:
             layout = self.plan.layout
             chosen = [torch.arange(layout.padded_starts[s] // BLOCK, layout.padded_starts[s] // BLOCK
                                    + layout.blocks[s]) for s, keep in enumerate(key) if keep]
@@ -218,7 +219,7 @@ class FusedLionCub:
         run_pipeline(plan.chunks, stages, self.timer)
 
     def buffer_bytes(self) -> int:
-        """Tables and wire buffers kept between steps (the flat buffers replace parameters, gradients, momenta)."""
-        tables = self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4
-        return tables
+        """The tables kept between steps (the wire buffers are the reducer's; the flat buffers replace parameters,
+        gradients and momenta)."""
+        return self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4
 
