@@ -174,6 +174,14 @@ def test_flat_buffers_hold_the_parameters_and_gradients_as_views(one_rank):
     assert torch.equal(fresh.state[fresh._params[0]]["exp_avg"], state["exp_avg"])
     assert fresh.state[fresh._params[0]]["exp_avg"].untyped_storage().data_ptr() == \
         fresh._path.buffers.momenta.untyped_storage().data_ptr()
+    partial = copy.deepcopy(saved)  # a state without the first parameter's momentum: the others land in their views
+    del partial["state"][0]
+    other = _lion_cub(_model(), REDUCERS["cub4"], "triton", chunk=4096)
+    other.load_state_dict(partial)
+    assert "exp_avg" not in other.state[other._params[0]]
+    assert torch.equal(other.state[other._params[1]]["exp_avg"], saved["state"][1]["exp_avg"])
+    assert other.state[other._params[1]]["exp_avg"] is other._path.buffers.momentum_views[1]
+    assert other._path.buffers.momentum_views[0].abs().sum() == 0
 
 
 def test_a_triton_too_old_missing_or_a_gpu_too_old_gives_the_torch_path_and_one_reason(monkeypatch):

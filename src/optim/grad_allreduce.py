@@ -162,10 +162,7 @@ class GradAllreduceLion(Lion):
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
         if self._fused is not None:  # the loaded momenta go into the flat buffer; the state holds its views
-            loaded = [p for p in self._params if "exp_avg" in self.state[p]]
-            views = self._fused.adopt_momenta([self.state[p]["exp_avg"] for p in loaded])
-            for p, view in zip(loaded, views):
-                self.state[p]["exp_avg"] = view
+            self._fused.buffers.adopt_momenta(self.state)
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -203,10 +203,7 @@ class LionCub(LoopOptimizer, Optimizer):
         super().load_state_dict(state_dict)
         self.reducer.load_state_dict(reducer_state)
         if self.fused:  # the loaded momenta go into the flat buffer; the state holds its views again
-            loaded = [k for k, p in enumerate(self._params) if "exp_avg" in self.state[p]]
-            views = self._path.adopt_momenta([self.state[self._params[k]]["exp_avg"] for k in loaded])
-            for k, view in zip(loaded, views):
-                self.state[self._params[k]]["exp_avg"] = view
+            self._path.buffers.adopt_momenta(self.state)
         first = self.state.get(self._params[0], {})
         self._steps = int(first["step"]) if "step" in first else 0  # once, at load: not in the step
 

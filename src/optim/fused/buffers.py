@@ -117,12 +117,14 @@ class FlatBuffers:
         self.adopt_grads()
 
     @torch.no_grad()
-    def adopt_momenta(self, momenta: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Copy `momenta` (one per parameter, e.g. loaded from a checkpoint) into the momentum buffer; its views."""
-        for view, m in zip(self.momentum_views, momenta):
-            if m is not view:
-                view.copy_(m)
-        return self.momentum_views
+    def adopt_momenta(self, state: dict) -> None:
+        """Copy the momenta an optimizer's `state` holds (e.g. loaded from a checkpoint) into the momentum buffer,
+        and make `state[p]["exp_avg"]` the buffer's view again (parameters without a momentum are left out)."""
+        for p, view in zip(self.params_list, self.momentum_views):
+            held = state.get(p, {}).get("exp_avg")
+            if held is not None and held is not view:
+                view.copy_(held)
+                state[p]["exp_avg"] = view
 
     def nbytes(self) -> int:
         return 3 * self.params.numel() * self.params.element_size()

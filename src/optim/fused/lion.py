@@ -72,9 +72,6 @@ class FusedLion:
     def zero_grad(self) -> None:
         self.buffers.zero_grad()
 
-    def adopt_momenta(self, momenta: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        return self.buffers.adopt_momenta(momenta)
-
     def buffer_bytes(self) -> int:
         comm = 0 if self.comm is None else self.comm.numel() * self.comm.element_size()
         return comm + self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4

@@ -87,10 +87,6 @@ class FusedLionCub:
         """Parameter k's momentum: its view of the momentum buffer."""
         return self.buffers.momentum_views[k]
 
-    def adopt_momenta(self, momenta: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Copy loaded momenta into the momentum buffer; the views that now hold them."""
-        return self.buffers.adopt_momenta(momenta)
-
     def zero_grad(self) -> bool:
         """Zero the gradient buffer with one kernel, keeping `.grad` its views (True: done)."""
         self.buffers.zero_grad()
