@@ -33,8 +33,6 @@ from torch.utils._pytree import tree_flatten
 FOREACH_TENSORS = {1: 110, 2: 64, 3: 48, 4: 36, 5: 30}  # torch's multi-tensor apply: tensors per launch by depth
 NOT_KERNELS = ("empty", "empty_like", "empty_strided", "lift_fresh", "set_", "_record_function_enter_new",
                "_record_function_exit")  # allocations and the profiler's markers launch nothing
-COLLECTIVES = ("all_reduce", "all_to_all_single", "all_gather_into_tensor", "all_gather_single", "all_gather",
-               "reduce_scatter_tensor", "broadcast", "gather", "send", "recv", "isend", "irecv")
 
 
 @dataclass
@@ -79,8 +77,8 @@ class _Kernels(TorchDispatchMode):
 def counting(counts: Counts):
     """Inside: Triton launches, torch kernels and collectives of the code that runs are added to `counts` (the
     collectives do nothing: a step is counted, not communicated)."""
+    from src.bench.gpu_check.noop import noop_collectives
     from src.comm.codecs import triton_kernels
-    from src.bench.gpu_check.noop import DoneWork
 
     real_launch = triton_kernels.launch
 
@@ -89,21 +87,15 @@ def counting(counts: Counts):
         with _disable_current_modes():
             real_launch(kernel, grid, *args, **options)
 
-    def collective(*args, async_op: bool = False, **kwargs):
+    def collective(name: str) -> None:
         counts.collectives += 1
-        return DoneWork() if async_op else None
 
-    saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
     triton_kernels.launch = launch
-    for name in saved:
-        setattr(dist, name, collective)
     try:
-        with _Kernels(counts):
+        with noop_collectives(collective), _Kernels(counts):
             yield counts
     finally:
         triton_kernels.launch = real_launch
-        for name, fn in saved.items():
-            setattr(dist, name, fn)
 
 
 def narrow_gpt(layers: int) -> torch.nn.Module:

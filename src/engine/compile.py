@@ -5,7 +5,7 @@ evaluations (the model, or DDP around it: src.engine.ddp) last, after the optimi
 re-point the parameters' storage into flat buffers when it is built) and a checkpoint is restored. The optimizer,
 checkpoints, the replica guard and the statistics keep the plain module, so a checkpoint holds the same keys
 compiled or not, and either kind of run resumes the other's. The forward pass is compiled, and the backward pass
-AOTAutograd derives from it; the optimizer step is not (its kernels are the reducers', src.comm.codecs.reference).
+AOTAutograd derives from it; the optimizer step is not (it has kernels of its own: src/comm/codecs, src/optim/fused).
 
 `auto` (`choose`): true on CUDA, where inductor fuses the elementwise work around the matrix products (RMSNorm,
 SwiGLU, the residual adds, the loss) into a few Triton kernels; false on CPU, where inductor's C++ build costs tens

@@ -308,7 +308,7 @@ def _resume_resized(plan: Plan, manager: CheckpointManager, model, optimizer, ta
     check_replicas(named_parameters_with_aliases(model), resize.step)
     before = point.checkpoint.manifest.get("meta", {}).get("config_adjusted", {})
     change = world_size_change(resize, rules, str(point.checkpoint.path), before,
-                               {a.key: a.record() for a in optimizer.adjustments()})
+                               recorded(optimizer.adjustments()))
     if ctx.is_main:
         print(change_line(change), flush=True)
     return progress, [*point.world_size_changes, change]
@@ -328,7 +328,7 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
-                                       {a.key: a.record() for a in optimizer.adjustments()})
+                                       recorded(optimizer.adjustments()))
     return StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
 
 
@@ -440,8 +440,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
                                       ctx.world_size, ctx.device, changes))
         adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
         summary["config_adjusted"] = recorded(adjusted)
-        if optimizer.kernels_record() is not None:
-            summary["kernels"] = optimizer.kernels_record()
+        kernels = optimizer.kernels_record()
+        if kernels is not None:
+            summary["kernels"] = kernels
         if optimizer.reducer_choice is not None:
             summary["reducer_auto"] = optimizer.reducer_choice.record()
         if ctx.is_main:

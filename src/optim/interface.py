@@ -39,6 +39,7 @@ class LoopOptimizer:
 
     timer: PhaseTimer
     reducer_choice = None
+    kernel_choice = None  # src.comm.codecs.backend.KernelChoice, for the optimizers that choose their kernels
 
     add_param_group = _without_dynamo_guard(Optimizer.add_param_group)
     zero_grad = _without_dynamo_guard(Optimizer.zero_grad)
@@ -61,7 +62,7 @@ class LoopOptimizer:
 
     def kernels_record(self) -> dict | None:
         """What runs, where the optimizer chose its kernels (`kernel_choice`, `fused`); None otherwise."""
-        choice = getattr(self, "kernel_choice", None)
+        choice = self.kernel_choice
         if choice is None:
             return None
         return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why}

@@ -32,17 +32,22 @@ class DoneWork:
         return future
 
 
-def _noop(*args, async_op: bool = False, **kwargs):
-    return DoneWork() if async_op else None
-
-
 @contextlib.contextmanager
-def noop_collectives():
-    """Inside: every collective of COLLECTIVES that torch.distributed has is a no-op; restored on exit."""
+def noop_collectives(called=None):
+    """Inside: every collective of COLLECTIVES that torch.distributed has is a no-op (`called(name)` first, where
+    given: e.g. to count them); restored on exit."""
     saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}
+
+    def noop(name):
+        def collective(*args, async_op: bool = False, **kwargs):
+            if called is not None:
+                called(name)
+            return DoneWork() if async_op or name in ("isend", "irecv") else None
+        return collective
+
     try:
         for name in saved:
-            setattr(dist, name, _noop if name not in ("isend", "irecv") else lambda *a, **k: DoneWork())
+            setattr(dist, name, noop(name))
         yield
     finally:
         for name, fn in saved.items():

@@ -1,13 +1,13 @@
-/* The encoders and decoders of src/comm/codecs/reference.py as plain C loops, for CPUs (src/comm/codecs/native.py builds and loads
-this file).
+/* The encoders and decoders of src/comm/codecs/reference.py as plain C loops, for CPUs (src/comm/codecs/native.py
+builds and loads this file).
 
 Inductor's AVX2 code loads every integer vector through a stack copy (a stalled store-to-load forward per
 vector), so its decoders, which read packed integer words, ran 4-6x slower than a copy, and its L1 encoders 4-5x;
 these loops read and write the words directly and the C compiler vectorises them for the machine's ISA. Each
 computes the same integers and the same float32 operations, in the same order, as the torch code of its namesake in
-reference.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE float
-semantics), so the results are equal bit for bit. The layout is planar (src/comm/codecs/packing.py): value j m + i of n =
-k m values is field j of word i. */
+reference.py (no FMA contraction, no reciprocal, rintf for torch.round's half-to-even: the build flags keep IEEE
+float semantics), so the results are equal bit for bit. The layout is planar (src/comm/codecs/packing.py): value
+j m + i of n = k m values is field j of word i. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

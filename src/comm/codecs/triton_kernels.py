@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from src.comm.codecs import reference
 from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
 from src.quant.blocks import BLOCK
 
@@ -308,15 +309,20 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
     return _launch_encode(out, update, inverse, noise if noisy else None, 2, True, METHODS[method], levels, bits)
 
 
+def float32_reciprocal(divisor: float) -> float:
+    """1 / divisor as torch's CUDA division by a number computes it: in float32 (exact as a Python float)."""
+    return float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32))
+
+
 def decode_sums(out: torch.Tensor, words: torch.Tensor, bits: int, offset: float, votes: bool, majority: bool,
-                divisor: float, reciprocal: bool | None = None) -> bool:
-    """reference.decode_sums; an average divides as torch does on the device (reciprocal on CUDA)."""
+                divisor: float) -> bool:
+    """reference.decode_sums; an average divides as torch does on the device (by the reciprocal on CUDA)."""
     if not (_plain(out, words) and out.dtype == torch.float32 and _words_for(words, out.numel(), bits)):
         return False
     k = fields_per_word(bits)
     m, per = words.numel(), tile(_gpu(out)) // k
-    reciprocal = _gpu(out) if reciprocal is None else reciprocal
-    factor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32)) if reciprocal else divisor
+    reciprocal = _gpu(out)
+    factor = float32_reciprocal(divisor) if reciprocal else divisor
     if m:
         launch(_decode_sums_kernel, _grid(m, per), out, words, m, float(offset), factor, bits, k, bool(votes),
                bool(majority), bool(reciprocal), per, num_warps=NUM_WARPS)
@@ -360,11 +366,6 @@ def block_stats(out: torch.Tensor, blocks: torch.Tensor, method: str) -> bool:
     return True
 
 
-def _codecs() -> dict:
-    from src.comm.codecs import reference
-    return {reference.encode_votes: encode_votes, reference.encode_signs: encode_signs,
-            reference.encode_levels: encode_levels, reference.decode_sums: decode_sums,
-            reference.majority_1bit: majority_1bit, reference.decode_signs_1bit: decode_signs_1bit}
-
-
-CODECS = _codecs()
+CODECS = {reference.encode_votes: encode_votes, reference.encode_signs: encode_signs,
+          reference.encode_levels: encode_levels, reference.decode_sums: decode_sums,
+          reference.majority_1bit: majority_1bit, reference.decode_signs_1bit: decode_signs_1bit}

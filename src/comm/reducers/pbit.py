@@ -183,13 +183,18 @@ class PBitReducer(ChunkedReducer):
 
     def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """From the chunk's field-wise sums to its direction, in `out`."""
-        world = self.world_size
-        offset = world / 2 if self.votes else float(world * self.levels)
-        divisor = float(world * (1 if self.votes else self.levels))
+        offset, divisor = self.sum_rule()
         with self.timer.phase("quantize"):
             reduction.codec(codec.decode_sums)(out, received, self.bits, offset, self.votes,
                                                 self.vote == "majority", divisor)
         return out
+
+    def sum_rule(self) -> tuple[float, float]:
+        """(offset, divisor) of the field sums T: S = T - offset (2 (T - offset) for votes; votes: offset =
+        world_size / 2, so S = 2T - world_size; levels: world_size * levels), the average S / divisor."""
+        world = self.world_size
+        return (world / 2 if self.votes else float(world * self.levels),
+                float(world * (1 if self.votes else self.levels)))
 
     def wire_bytes(self, numel: int) -> int:
         return self.padded_wire_bytes(self.plan(numel).padded_numel)

@@ -162,13 +162,12 @@ class FusedLionCub:
     def _apply(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor) -> None:
         """`cub_apply` of the bucket's summed words (onebit: the gathered majorities)."""
         reducer, k = self.reducer, fields_per_word(self.bits)
-        m_words, world = chunk.length // k, reducer.world_size
+        m_words = chunk.length // k
         votes = self.onebit or reducer.votes
-        offset = world / 2 if votes else float(world * reducer.levels)
-        divisor = float(world * (1 if votes else reducer.levels))
+        offset, divisor = (0.0, 1.0) if self.onebit else reducer.sum_rule()  # onebit: +-1 from its bits alone
         majority = self.onebit or reducer.vote == "majority"
         if self.rules.reciprocal_divide and not majority:
-            divisor = float(torch.tensor(1.0) / torch.tensor(divisor, dtype=torch.float32))
+            divisor = triton_kernels.float32_reciprocal(divisor)
         words_per_program = triton_kernels.tile(self.rules.gpu) // k
         end = chunk.start + chunk.length
         triton_kernels.launch(kernels.cub_apply, (max(triton.cdiv(m_words, words_per_program), 1),),
