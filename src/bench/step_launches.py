@@ -106,9 +106,9 @@ def narrow_gpt(layers: int) -> torch.nn.Module:
 
 
 def variant_config(variant: str, kernels: str, chunk: int | None) -> dict:
-    from omegaconf import OmegaConf
-    from src.bench.memory import CONF
-    config = {**OmegaConf.to_container(OmegaConf.load(CONF / f"{variant}.yaml")), "kernels": kernels}
+    """conf/variant/<variant>.yaml with `kernels`, and the reducer's `chunk` where given."""
+    from src.bench.gpu_check.gpu import variant_config as from_yaml
+    config = from_yaml(variant, kernels=kernels)
     if chunk is not None and "reducer" in config:
         config["reducer"] = {**config["reducer"], "chunk": chunk}
     return config
