@@ -60,8 +60,8 @@ slurm-down:  ## stop the local Slurm: daemons, jobs, namespaces; removes SLURM_D
 .PHONY: figures
 RUNS ?= results/runs
 FIGURES_OUT ?= results/figures
-figures: install  ## every figure and table of the paper at laptop scale (FIGS=table2,fig5 picks some): runs, results/figures/index.md
-	$(PYTHON) -m experiments.figures --runs $(RUNS) --out $(FIGURES_OUT) $(if $(FIGS),--figs $(FIGS),) $(FIGURES_ARGS)
+figures: install  ## every figure and table of the paper at laptop scale over seeds (FIGS=table2,fig5 picks some; SEEDS=1 the quick pass): runs, results/figures/index.md
+	$(PYTHON) -m experiments.figures --runs $(RUNS) --out $(FIGURES_OUT) $(if $(FIGS),--figs $(FIGS),) $(if $(SEEDS),--seeds $(SEEDS),) $(FIGURES_ARGS)
 
 .PHONY: notebook
 NOTEBOOK_OUT ?= results/notebook/figures.ipynb

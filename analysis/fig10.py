@@ -41,10 +41,10 @@ def plot(rows: list[dict], out: Path, stem: str = "fig10") -> list[Path]:
 
 
 def write(rows: list[dict], out_dir: str | Path) -> dict[str, Path]:
-    """Table A.1 (Markdown, CSV) and Fig. 10 (PNG, PDF) into `out_dir`."""
+    """Table A.1 (Markdown, CSV) and Fig. 10 (PNG, PDF and the bars' data) into `out_dir`."""
     md, csv_path = write_table(rows, out_dir)
-    png, pdf = plot(rows, Path(out_dir))
-    return {"md": md, "csv": csv_path, "png": png, "pdf": pdf}
+    png, pdf, data = plot(rows, Path(out_dir))
+    return {"md": md, "csv": csv_path, "png": png, "pdf": pdf, "data": data}
 
 
 def make(runs: list[Run], out: Path) -> Result:

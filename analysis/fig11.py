@@ -19,24 +19,26 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis import timing_checks  # noqa: E402
 from analysis.figure_cli import Check, Result, cli  # noqa: E402
-from analysis.time_bars import (TABLE_COLUMNS, VARIANT_ORDER, finish_bars, label_within, network_label,  # noqa: E402
-                                stacked_bars, timed_runs, write_table)
+from analysis.verdicts import bootstrap, decide  # noqa: E402
+from analysis.time_bars import (TABLE_COLUMNS, TOTAL, VARIANT_ORDER, finish_bars, label_within,  # noqa: E402
+                                network_label, pooled_summary, stacked_bars, timed_runs, write_table)
 from src.runlog.runs import Run  # noqa: E402
-from src.runlog.timing_table import timing_summary  # noqa: E402
 
 
 def rows_of(runs: list[Run]) -> list[dict]:
     rows = []
     for run in runs:
-        row = timing_summary(run)
+        row = pooled_summary(run)
         row.update(network=network_label(run, row), kind=row["variant"], model=run.model)
         rows.append(row)
     label_within(runs, rows, lambda r: (r["model"], r["batch"]))
     key = lambda r: (r["model"], r["batch"] or 0, r["network"], r["procs"])  # noqa: E731
-    base = {key(r): r["total_ms"] for r in rows if r["kind"] == "lion32"}
+    base = {key(r): r for r in rows if r["kind"] == "lion32"}
     for r in rows:
-        r["speedup_vs_lion32"] = round(base[key(r)] / r["total_ms"], 2) if key(r) in base else None
+        r["speedup_vs_lion32"] = round(base[key(r)]["total_ms"] / r["total_ms"], 2) if key(r) in base else None
+        r["base_samples"] = base[key(r)]["samples"] if key(r) in base else None
     order = {v: i for i, v in enumerate(VARIANT_ORDER)}
     return sorted(rows, key=lambda r: (*key(r), order.get(r["kind"], len(order)), r["label"]))
 
@@ -51,21 +53,38 @@ def draw(rows: list[dict], out: Path) -> list[Path]:
     return finish_bars(fig, axes, out, "fig11")
 
 
+def speedup(r: dict) -> timing_checks.Ratio:
+    """Lion 32-bit's step over the row's, pooled over the repeats, with its interval."""
+    return timing_checks.ratio(f"lion32 / {r['variant']} step", r["base_samples"], r["samples"], "above", TOTAL)
+
+
+def shrinks(r0: dict, r1: dict) -> timing_checks.Ratio:
+    """speedup at the small batch / speedup at the large batch (> 1: the benefit shrinks), with its interval."""
+    groups = [r0["base_samples"], r0["samples"], r1["base_samples"], r1["samples"]]
+    value, low, high = bootstrap(lambda s: float((s[0][:, TOTAL].mean() / s[1][:, TOTAL].mean())
+                                                 / (s[2][:, TOTAL].mean() / s[3][:, TOTAL].mean())), groups)
+    n = (sum(len(x) for x in r0["samples"]), sum(len(x) for x in r1["samples"]))
+    return timing_checks.Ratio(f"speedup at batch {r0['batch']} / at batch {r1['batch']}", value, low, high,
+                               "above", decide(low, high, "above"), n, (len(r0["samples"]), len(r1["samples"])))
+
+
 def checks(rows: list[dict]) -> list[Check]:
     result = []
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model and r["speedup_vs_lion32"] and r["kind"] != "lion32"]
         for batch in sorted({r["batch"] for r in mine}):
             best = max((r for r in mine if r["batch"] == batch), key=lambda r: r["speedup_vs_lion32"])
-            result.append(Check(f"{model}, batch {batch}: Lion Cub cuts the iteration time of Lion (32bit)",
-                                f"best {best['variant']} {best['speedup_vs_lion32']}x",
-                                best["speedup_vs_lion32"] > 1))
+            result.append(timing_checks.check(f"{model}, batch {batch}: Lion Cub cuts the iteration time of Lion "
+                                              "(32bit)", [speedup(best)], f"best: {best['variant']}",
+                                              paper="Lion Cub faster (Fig. 11)"))
         for kind in dict.fromkeys(r["kind"] for r in mine):
-            by_batch = sorted((r["batch"], r["speedup_vs_lion32"]) for r in mine if r["kind"] == kind)
+            by_batch = sorted((r for r in mine if r["kind"] == kind), key=lambda r: r["batch"])
             if len(by_batch) > 1:
-                (b0, s0), (b1, s1) = by_batch[0], by_batch[-1]
-                result.append(Check(f"{model}, {kind}: the benefit shrinks as the batch grows",
-                                    f"{s0}x at batch {b0}, {s1}x at batch {b1}", s0 > s1))
+                result.append(timing_checks.check(f"{model}, {kind}: the benefit shrinks as the batch grows",
+                                                  [shrinks(by_batch[0], by_batch[-1])],
+                                                  f"{by_batch[0]['speedup_vs_lion32']}x at batch "
+                                                  f"{by_batch[0]['batch']}, {by_batch[-1]['speedup_vs_lion32']}x at "
+                                                  f"batch {by_batch[-1]['batch']}"))
     return result
 
 

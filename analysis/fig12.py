@@ -13,7 +13,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from analysis import timing_checks
 from analysis.figure_cli import Check, Result, cli, need
+from analysis.seeds import replicas_of
 from analysis.loss_panels import draw, end_time, final_eval, finals, kind, require_evals, speed_checks
 from src.runlog.runs import Run
 
@@ -27,6 +31,15 @@ def head_share(run: Run) -> float | None:
     return vocab * width / total if vocab and width and total else None
 
 
+def step_times(run: Run) -> list[np.ndarray]:
+    """Every replica's step durations (s): the differences of its training time (`train_time`) between steps."""
+    out = []
+    for rep in replicas_of(run):
+        t = [float(r["train_time"]) for r in rep.train_rows() if "train_time" in r]
+        out.append(np.diff(np.asarray(t))[:, None] if len(t) > 1 else np.zeros((0, 1)))
+    return out
+
+
 def low_beta_checks(runs: list[Run], where: str) -> list[Check]:
     by = {kind(r): r for r in runs}
     val = {k: final_eval(r) for k, r in by.items()}
@@ -36,15 +49,19 @@ def low_beta_checks(runs: list[Run], where: str) -> list[Check]:
     for claim, worse, better, numbers in pairs:
         if worse in numbers and better in numbers and None not in (numbers[worse], numbers[better]):
             checks.append(Check(f"{where}: {claim}", f"final val loss {worse} {numbers[worse]:.4f}, "
-                                f"{better} {numbers[better]:.4f}", numbers[worse] > numbers[better]))
+                                f"{better} {numbers[better]:.4f}", numbers[worse] > numbers[better],
+                                value=numbers[worse] - numbers[better]))
         else:
             checks.append(Check(f"{where}: {claim}", f"needs {worse} and {better} runs", None))
     claim = f"{where}: synchronizing all layers costs more training time than synchronizing the head"
     if "cub4+sync all" in by and "cub4+sync head" in by:
         t_all, t_head = end_time(by["cub4+sync all"]), end_time(by["cub4+sync head"])
         share = head_share(by["cub4+sync head"])
-        context = f"; the head is {share:.0%} of the parameters" if share is not None else ""
-        checks.append(Check(claim, f"sync all {t_all:.0f} s, sync head {t_head:.0f} s{context}", t_all > t_head))
+        context = f"training time sync all {t_all:.0f} s, sync head {t_head:.0f} s" + (
+            f"; the head is {share:.0%} of the parameters" if share is not None else "")
+        steps = timing_checks.ratio("sync all / sync head step", step_times(by["cub4+sync all"]),
+                                    step_times(by["cub4+sync head"]), "above")
+        checks.append(timing_checks.check(claim, [steps], context, paper="sync all slower"))
     else:
         checks.append(Check(claim, "needs cub4+sync all and cub4+sync head runs", None))
     return checks

@@ -27,7 +27,8 @@ def follows(runs: list[Run], where: str, points: float = 0.05) -> Check:
     gaps = [abs(r["val/acc"] - base[r["step"]]) for r in by["cub1"].eval_rows("val/acc") if r["step"] in base]
     if not gaps:
         return Check(claim, "no shared evaluation steps", None)
-    return Check(claim, f"largest gap {max(gaps):.3f} over {len(gaps)} evaluations", max(gaps) <= points)
+    return Check(claim, f"largest gap {max(gaps):.3f} over {len(gaps)} evaluations", max(gaps) <= points,
+                 value=max(gaps), paper="closely follows")
 
 
 def make(runs: list[Run], out: Path) -> Result:

@@ -10,7 +10,8 @@ of `python -m src.bench.comm_bench`) over the Table 1 model fitted to them (line
 `python -m analysis.fig2_comm` draws the benchmark's own fit and every other case.
 Checks, measured on each rate-limited link: at the largest size the 1-bit allreduce beats the direct allreduce
 (bandwidth-bound); at the smallest size the direct allreduce beats the 1-bit allreduce (latency-bound); the naive
-parameter server is the slowest at the largest size.
+parameter server is slower than each other implementation at the largest size. Each a ratio of mean collective
+times over every timed call of every repeat, with its 95 % interval (analysis/timing_checks.py).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench  # noqa: E402
+from analysis import timing_checks  # noqa: E402
+from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench, row_samples  # noqa: E402
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
@@ -62,32 +64,38 @@ def measured_panel(ax, rate: str, rows: list[dict]) -> None:
     ax.grid(alpha=0.3, which="both")
 
 
-def time_of(rows: list[dict], case: str, numel: int) -> float | None:
-    return next((r["communicate_s"] for r in rows if r["case"] == case and r["numel"] == numel), None)
+def row_of(rows: list[dict], case: str, numel: int) -> dict | None:
+    return next((r for r in rows if r["case"] == case and r["numel"] == numel), None)
 
 
-def checks(rates: dict[str, list[dict]]) -> list[Check]:
+def faster(runs: list[BenchRun], rows: list[dict], a: str, b: str, numel: int) -> timing_checks.Ratio:
+    """a's collective time over b's at `numel` (a faster: below 1), with its interval."""
+    ra, rb = row_of(rows, a, numel), row_of(rows, b, numel)
+    return timing_checks.ratio(f"{a} / {b} collective at N={numel:,}", row_samples(runs, ra), row_samples(runs, rb),
+                               "below")
+
+
+def checks(rates: dict[str, list[dict]], runs: list[BenchRun]) -> list[Check]:
     result = []
     for rate, rows in rates.items():
         if rate == "none":
             continue
         sizes = sorted({r["numel"] for r in rows})
         big, small = sizes[-1], sizes[0]
-        one, direct = time_of(rows, "cub1", big), time_of(rows, "cub4", big)
-        if None not in (one, direct):
-            result.append(Check(f"rate {rate}, N={big:,}: bandwidth-bound, the 1-bit allreduce is faster than the "
-                                "direct allreduce", f"1-bit {one * 1e3:.2f} ms, direct {direct * 1e3:.2f} ms",
-                                one < direct))
-        one, direct = time_of(rows, "cub1", small), time_of(rows, "cub4", small)
-        if None not in (one, direct):
-            result.append(Check(f"rate {rate}, N={small:,}: latency-bound, the direct allreduce is faster than the "
-                                "1-bit allreduce", f"1-bit {one * 1e3:.2f} ms, direct {direct * 1e3:.2f} ms",
-                                direct < one))
-        times = {c: time_of(rows, c, big) for c in CASE_OF.values()}
-        if None not in times.values():
-            slowest = max(times, key=times.get)
-            result.append(Check(f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
-                                f"slowest measured: {slowest}", slowest == "ps_naive"))
+        have = lambda case, n: row_of(rows, case, n) is not None  # noqa: E731
+        if have("cub1", big) and have("cub4", big):
+            result.append(timing_checks.check(f"rate {rate}, N={big:,}: bandwidth-bound, the 1-bit allreduce is "
+                                              "faster than the direct allreduce",
+                                              [faster(runs, rows, "cub1", "cub4", big)], paper="1-bit faster"))
+        if have("cub1", small) and have("cub4", small):
+            result.append(timing_checks.check(f"rate {rate}, N={small:,}: latency-bound, the direct allreduce is "
+                                              "faster than the 1-bit allreduce",
+                                              [faster(runs, rows, "cub4", "cub1", small)], paper="direct faster"))
+        if all(have(c, big) for c in CASE_OF.values()):
+            result.append(timing_checks.check(
+                f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
+                [faster(runs, rows, c, "ps_naive", big) for c in CASE_OF.values() if c != "ps_naive"],
+                paper="naive PS slowest"))
     if not result:
         result.append(Check("Measured regimes follow Fig. 2", "no benchmark on a rate-limited link", None))
     return result
@@ -112,7 +120,7 @@ def make(runs: list[BenchRun], out: Path) -> Result:
     axes[1][0].legend(fontsize=7)
     fig.suptitle("Fig. 2: communication cost of majority voting (top: Table 1 model; bottom: measured)", fontsize=10)
     fig.tight_layout()
-    return Result(save(fig, out, "fig2"), checks(rates))
+    return Result(save(fig, out, "fig2"), checks(rates, runs))
 
 
 def main(argv: list[str] | None = None) -> int:

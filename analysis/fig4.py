@@ -36,7 +36,8 @@ def fit_check(run: Run, row: dict, measure: str, better_is_higher: bool) -> Chec
     if not both:
         return Check(claim, f"no stats/fit/*_{measure} values", None)
     wins = sum((lap[k] > gau[k]) if better_is_higher else (lap[k] < gau[k]) for k in both)
-    return Check(claim, f"Laplace better in {wins} of {len(both)} layers", wins > len(both) / 2)
+    return Check(claim, f"Laplace better in {wins} of {len(both)} layers", wins > len(both) / 2,
+                 value=100 * wins / len(both), paper="Laplace, not Gaussian")
 
 
 def tail_check(run: Run, row: dict) -> Check:
@@ -46,7 +47,8 @@ def tail_check(run: Run, row: dict) -> Check:
     if not ratios:
         return Check(claim, "no stats/abs/max and stats/abs/mean values", None)
     big = sum(r >= 10 for r in ratios)
-    return Check(claim, f"{big} of {len(ratios)} layers; median max/mean {median(ratios):.1f}x", big > len(ratios) / 2)
+    return Check(claim, f"{big} of {len(ratios)} layers; median max/mean {median(ratios):.1f}x", big > len(ratios) / 2,
+                 value=median(ratios), paper="max far above mean")
 
 
 def draw_run(axes, run: Run, row: dict) -> None:

@@ -11,6 +11,7 @@ factor 2 of the first half's.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -20,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis.bands import curve  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, runs_with_key, save  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import mean_of, series  # noqa: E402
@@ -33,17 +35,18 @@ def falls_with_beta2(runs: list[Run], key: str) -> Check:
     measured = ", ".join(f"beta2={b}: {v:.3g}" for b, v in points)
     if len({b for b, _ in points}) < 2:
         return Check(claim, f"needs runs at two beta2 values; {measured}", None)
-    return Check(claim, measured, all(a[1] > b[1] for a, b in zip(points, points[1:]) if a[0] != b[0]))
+    return Check(claim, measured, all(a[1] > b[1] for a, b in zip(points, points[1:]) if a[0] != b[0]),
+                 value=points[0][1] / points[-1][1] if points[-1][1] else None, paper="falls with beta2")
 
 
-def steady(run: Run) -> tuple[bool, str]:
+def steady(run: Run) -> tuple[bool, str, float]:
     values = series(run, KEYS[1])[1]
     if len(values) < 2:
-        return True, f"{run.label}: one logged step"
+        return True, f"{run.label}: one logged step", 1.0
     half = len(values) // 2
     first, second = fmean(values[:half]), fmean(values[half:])
     ratio = second / first if first else float("inf")
-    return 0.5 <= ratio <= 2.0, f"{run.label}: second/first half {ratio:.2f}"
+    return 0.5 <= ratio <= 2.0, f"{run.label}: second/first half {ratio:.2f}", ratio
 
 
 def make(runs: list[Run], out: Path) -> Result:
@@ -52,8 +55,8 @@ def make(runs: list[Run], out: Path) -> Result:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key in zip(axes, KEYS):
         for run in runs:
-            steps, values = series(run, key)
-            ax.plot(steps, values, marker=".", label=f"beta2={run.get('optim.beta2')} ({run.label})")
+            curve(ax, run, lambda r: {s: (s, v) for s, v in zip(*series(r, key))},
+                  f"beta2={run.get('optim.beta2')} ({run.label})", marker=".")
         ax.set(xlabel="step", ylabel="std between workers", yscale="log",
                title=f"{key.split('/')[-1]} over elements")
         ax.grid(alpha=0.3, which="both")
@@ -63,7 +66,9 @@ def make(runs: list[Run], out: Path) -> Result:
     verdicts = [steady(r) for r in runs]
     checks = [falls_with_beta2(runs, KEYS[0]), falls_with_beta2(runs, KEYS[1]),
               Check("The spread stays about the same through training (halves within a factor 2)",
-                    "; ".join(v for _, v in verdicts), all(ok for ok, _ in verdicts))]
+                    "; ".join(v for _, v, _ in verdicts), all(ok for ok, _, _ in verdicts),
+                    value=max((r for *_, r in verdicts), key=lambda r: abs(math.log(r)) if r > 0 else math.inf),
+                    paper="about the same")]
     return Result(save(fig, out, "fig7"), checks)
 
 

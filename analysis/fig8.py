@@ -28,9 +28,10 @@ def checks(label: str, c: dict[str, float]) -> list[Check]:
     return [
         Check(f"{label}: the embedding and the head have larger momentum spread than every other layer",
               f"embed {c['embed']:.3g}, head {c['head']:.3g}, largest other {c['others_max']:.3g}",
-              low > c["others_max"]),
+              low > c["others_max"], value=low / c["others_max"] if c["others_max"] else None,
+              paper="largest: embedding and head"),
         Check(f"{label}: embedding and head spread far above the others (>= 10x their median; paper ~100x)",
-              f"min(embed, head) / median(others) = {ratio:.1f}x" + each, ratio >= 10),
+              f"min(embed, head) / median(others) = {ratio:.1f}x" + each, ratio >= 10, value=ratio, paper="~100x"),
     ]
 
 

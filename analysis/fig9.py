@@ -42,9 +42,11 @@ def make(runs: list[Run], out: Path) -> Result:
     claim = "L1 quantization needs no momentum synchronization: its none/synced gap is smaller than sign's"
     if l1 and sign:
         checks = [Check(claim, f"L1 none {l1[0]:.4f} vs synced {l1[1]:.4f} (gap {l1[2]:.4f}); sign none "
-                               f"{sign[0]:.4f} vs synced {sign[1]:.4f} (gap {sign[2]:.4f})", l1[2] < sign[2]),
+                               f"{sign[0]:.4f} vs synced {sign[1]:.4f} (gap {sign[2]:.4f})", l1[2] < sign[2],
+                        value=l1[2] - sign[2], paper="L1 needs no sync"),
                   Check("Without synchronization, L1 converges better than distributed Lion's signs",
-                        f"final val loss L1 none {l1[0]:.4f}, sign none {sign[0]:.4f}", l1[0] < sign[0])]
+                        f"final val loss L1 none {l1[0]:.4f}, sign none {sign[0]:.4f}", l1[0] < sign[0],
+                        value=l1[0] - sign[0])]
     else:
         checks = [Check(claim, "needs a 'none' and a synchronized run for both l1 and sign", None)]
     return Result(files, checks, [f"{t}: {finals(g)}" for t, g in groups.items()])

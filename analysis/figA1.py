@@ -118,13 +118,15 @@ def checks(rows: list[dict]) -> list[Check]:
             spread = max(small.values()) / min(small.values()) - 1
             result.append(Check(f"{PANELS[panel][1]}, {sizes[0]}: every method's peak is nearly the same "
                                 "(within 10 %)", f"largest / smallest - 1 = {100 * spread:.1f} % over "
-                                f"{len(small)} methods", round(spread, 4) <= 0.10))
+                                f"{len(small)} methods", round(spread, 4) <= 0.10, value=100 * spread,
+                                paper="nearly the same"))
         large = {variant: v for (s, variant), v in collect(rows, panel, by="variant").items() if s == sizes[-1]}
         if "cub1" in large and len(large) > 1 and len(sizes) > 1:
             top = max(large, key=large.get)
             result.append(Check(f"{PANELS[panel][1]}, {sizes[-1]}: Lion Cub 1-bit needs the most memory",
                                 ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(large.items())),
-                                top == "cub1"))
+                                top == "cub1", value=large["cub1"] / max(v for k, v in large.items() if k != "cub1"),
+                                paper="1-bit highest"))
     return result
 
 

@@ -23,13 +23,15 @@ def checks(label: str, c: dict[str, float]) -> list[Check]:
     med = c["others_median"] or float("nan")
     result = [
         Check(f"{label}: the input layer has a larger momentum spread than every other layer",
-              f"input {c['embed']:.3g}, largest other {c['others_max']:.3g}", c["embed"] > c["others_max"]),
+              f"input {c['embed']:.3g}, largest other {c['others_max']:.3g}", c["embed"] > c["others_max"],
+              value=c["embed"] / c["others_max"] if c["others_max"] else None, paper="input layer largest"),
         Check(f"{label}: the input layer's spread is far above the others (>= 10x their median)",
-              f"input / median(others) = {c['embed'] / med:.1f}x", c["embed"] / med >= 10),
+              f"input / median(others) = {c['embed'] / med:.1f}x", c["embed"] / med >= 10, value=c["embed"] / med),
     ]
     if "head" in c:
         result.append(Check(f"{label}: the output layer shows little variance (< 10x the others' median)",
-                            f"output / median(others) = {c['head'] / med:.1f}x", c["head"] / med < 10))
+                            f"output / median(others) = {c['head'] / med:.1f}x", c["head"] / med < 10,
+                            value=c["head"] / med, paper="little variance"))
     return result
 
 

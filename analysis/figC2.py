@@ -93,10 +93,12 @@ def make(runs: list[Run], out: Path) -> Result:
         layer = arrays["layers"][i]
         checks += [
             Check(f"{run.label}: Q_inf ({LEVELS} levels) maps most elements of {layer} to zero",
-                  f"{zero:.1%} in the zero level (max |c| = {top:.3g}, mean |c| = {mean:.3g})", zero > 0.5),
+                  f"{zero:.1%} in the zero level (max |c| = {top:.3g}, mean |c| = {mean:.3g})", zero > 0.5,
+                  value=100 * zero, paper="most to zero"),
             Check(f"{run.label}: L1's levels are used more evenly than Q_inf's (closer to minimum-entropy "
                   "encoding)", f"level entropy L1 {h['L1']:.2f} bits, Q_inf {h['Q_inf']:.2f} bits (at most "
-                               f"{math.log2(2 * LEVELS + 1):.2f})", h["L1"] > h["Q_inf"]),
+                               f"{math.log2(2 * LEVELS + 1):.2f})", h["L1"] > h["Q_inf"],
+                  value=h["L1"] - h["Q_inf"]),
         ]
     fig.suptitle("Fig. C.2: quantile function of the update values and the quantizers' levels", fontsize=10)
     fig.tight_layout()

@@ -16,7 +16,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis.bands import bars  # noqa: E402
 from analysis.figure_cli import MissingRuns, Result, runs_with_key, save  # noqa: E402
+from analysis.seeds import replicas_of  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import layer_class, per_layer_mean  # noqa: E402
 
@@ -61,11 +63,14 @@ def draw(runs: list[Run], out: Path, figure: str, stem: str, title: str) -> list
     for ax, run in zip(axes[:, 0], runs):
         values = spreads(run)
         layers = list(values)
-        ax.bar(range(len(layers)), [values[k] for k in layers], color=[COLORS[layer_class(k)] for k in layers])
+        each = [spreads(r) for r in replicas_of(run)]
+        bars(ax, list(range(len(layers))), [[v[k] for v in each if k in v] for k in layers], f"_{run.label}",
+             color=[COLORS[layer_class(k)] for k in layers])
         ax.set_xticks(range(len(layers)), layers, rotation=90, fontsize=5)
         ax.set(yscale="log", ylabel="max std between workers",
                title=f"{run.label}, {run.world_size} workers, beta2={run.get('optim.beta2')} "
-                     "(mean over logged steps)")
+                     "(mean over logged steps" + (f"; bars: mean ± sd of {len(each)} seeds)" if len(each) > 1
+                                                  else ")"))
         for cls, color in COLORS.items():
             ax.bar([0], [0], color=color, label=cls)
         ax.legend(fontsize=7)

@@ -19,13 +19,16 @@ import csv
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from analysis.bands import curve  # noqa: E402
 from analysis.figure_cli import Check, Result, need, runs_with_key, save  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
-from analysis.stats_rows import group_numel, group_sums, method_name, methods, per_layer, series  # noqa: E402
+from analysis.stats_rows import (group_numel, group_sums, layer_group, method_name, methods, per_layer,  # noqa: E402
+                                 series)
 from analysis.steady_point import Reading, reading_step  # noqa: E402
 
 KEY = "stats/match/sign"
@@ -75,31 +78,75 @@ def _compare(r: dict, claim: str, a: str, b: str, index: int, less: bool) -> Che
     what = ("match", "flip")[index]
     va, vb = r[a][index], r[b][index]
     return Check(claim, f"mean {what}: {method_name(a)} {va:.2f}%, {method_name(b)} {vb:.2f}%",
-                 va < vb if less else va > vb)
+                 va < vb if less else va > vb, value=va - vb)
+
+
+def l1_checks(run: Run, where: str, read: Reading | None = None, groups: dict | None = None) -> list[Check]:
+    """What Appendix C.1 says of ResNet-18: L1 matches standard Lion's sign more, and flips it less, than
+    distributed Lion."""
+    r = rates(run, (read or reading(run)).step)
+    return [_compare(r, f"{where}: L1 quantization matches standard Lion's sign more often than distributed "
+                        "Lion", "l1", "sign", 0, less=False),
+            _compare(r, f"{where}: L1 flips the update direction less often than distributed Lion",
+                     "l1", "sign", 1, less=True)]
 
 
 def checks(run: Run, where: str, read: Reading | None = None, groups: dict | None = None) -> list[Check]:
+    """What Section 4.2 says of Fig. 5 (GPT): `l1_checks`, then Q_inf, w/o zero and log against distributed Lion,
+    and distributed Lion's own match and flip rates."""
     read = read or reading(run)
     r = rates(run, read.step)
-    result = [_compare(r, f"{where}: L1 quantization matches standard Lion's sign more often than distributed "
-                          "Lion", "l1", "sign", 0, less=False),
-              _compare(r, f"{where}: L1 flips the update direction less often than distributed Lion",
-                       "l1", "sign", 1, less=True)]
+    result = l1_checks(run, where, read, groups)
     claim = f"{where}: Q_inf stochastic quantization maps most elements to zero (match + flip under 50%)"
-    result.append(Check(claim, f"match + flip {sum(r['linf']):.2f}%", sum(r["linf"]) < 50) if "linf" in r
+    tails = tails_text(run, read.step)
+    zeros = "; mapped to zero by group: " + ", ".join(f"{g} {100 - v['linf'][0] - v['linf'][1]:.1f}%"
+                                                      for g, v in (groups or {}).items() if "linf" in v)
+    result.append(Check(claim, f"match + flip {sum(r['linf']):.2f}%" + (zeros if groups else "") + tails,
+                        sum(r["linf"]) < 50, value=sum(r["linf"]), paper="most elements to zero") if "linf" in r
                   else Check(claim, "no linf statistics", None))
     for m in ("linf_nozero", "log"):
-        result.append(_compare(r, f"{where}: {method_name(m)} does not match distributed Lion", m, "sign", 0,
-                               less=True))
+        check = _compare(r, f"{where}: {method_name(m)} does not match distributed Lion", m, "sign", 0, less=True)
+        by = "; by group: " + ", ".join(f"{g} {v[m][0]:.1f}% vs {v['sign'][0]:.1f}%" for g, v in (groups or {}).items()
+                                        if m in v and "sign" in v)
+        check.measured += (by if groups else "") + tails
+        result.append(check)
     claim = f"{where}: distributed Lion's sign matches 60-70% and flips about 10% (within 5 points)"
     if "sign" in r:
         match, flip = r["sign"]
         when = f"mean over the statistics steps from {read.step} on" + ("" if read.met else " (in the transient)")
         measured = f"match {match:.2f}%, flip {flip:.2f}% ({when})" + _groups_text(groups or {}, "sign")
-        result.append(Check(claim, measured, 55 <= match <= 75 and 5 <= flip <= 15))
+        result.append(Check(claim, measured, 55 <= match <= 75 and 5 <= flip <= 15, value=match,
+                            paper="match 60-70%, flip ~10%"))
     else:
         result.append(Check(claim, "no sign statistics", None))
     return result
+
+
+def tails_text(run: Run, step: int, levels: int = 15) -> str:
+    """How heavy the update's tails are at `step` (rank 0's c, from the arrays file), which decides what Q_inf, "w/o
+    zero" and log keep: per layer group, the largest max|c| / mean|c| of its layers, and the share of elements below
+    the log code's range (|c| < max|c| 2^-(levels + 0.5), from the log10|c| histograms: to a bin)."""
+    if step not in run.stats_steps():
+        return ""
+    a = run.stats_arrays(step)
+    if "hist_log10_abs_counts" not in a:
+        return ""
+    edges = a["hist_log10_abs_edges"]
+    ratio: dict[str, float] = {}
+    below: dict[str, list[float]] = {}
+    for i, name in enumerate(a["layers"]):
+        g = layer_group(str(name))
+        top, mean = float(a["abs_max"][i]), float(a["abs_mean"][i])
+        if mean > 0:
+            ratio[g] = max(ratio.get(g, 0.0), top / mean)
+        cut = (np.log10(top) if top > 0 else -np.inf) - (levels + 0.5) * np.log10(2)
+        counted = below.setdefault(g, [0.0, 0.0])
+        counted[0] += float(a["hist_log10_abs_counts"][i][edges[1:] <= cut].sum() + a["hist_log10_abs_below"][i]
+                            + a["zeros"][i])
+        counted[1] += float(a["numel"][i])
+    return ("; tails at step " + str(step) + ": max|c|/mean|c| " + ", ".join(f"{g} {v:.0f}x" for g, v in ratio.items())
+            + f"; below the log code's range (max 2^-{levels + 0.5:g}): "
+            + ", ".join(f"{g} {100 * n / d:.1f}%" for g, (n, d) in below.items() if d))
 
 
 def _layer_panel(ax, run: Run, step: int) -> None:
@@ -115,7 +162,7 @@ def _layer_panel(ax, run: Run, step: int) -> None:
     ax.legend(fontsize=7)
 
 
-def make_figure(runs: list[Run], out: Path, figure: str, stem: str, layers: bool = False) -> Result:
+def make_figure(runs: list[Run], out: Path, figure: str, stem: str, layers: bool = False, claims=checks) -> Result:
     runs = runs_with_key(runs, KEY, f"{figure}'s sign-match statistics: train with stats.every > 0")
     need(all(rates(r) for r in runs), f"{figure}: a run logs stats/match keys without stats/flip")
     fig, axes = plt.subplots(3 if layers else 2, len(runs), figsize=(6.5 * len(runs), 9 if layers else 6.5),
@@ -127,8 +174,8 @@ def make_figure(runs: list[Run], out: Path, figure: str, stem: str, layers: bool
         for row, kind in enumerate(("match", "flip")):
             ax = axes[row][col]
             for m in methods(run):
-                steps, values = series(run, f"stats/{kind}/{m}")
-                ax.plot(steps, values, marker=".", label=method_name(m))
+                key = f"stats/{kind}/{m}"
+                curve(ax, run, lambda r: {s: (s, v) for s, v in zip(*series(r, key))}, method_name(m), marker=".")
             ax.axvline(read.step, color="black", lw=0.8, ls="--",
                        label=f"reading step {read.step}" + ("" if read.met else " (transient)"))
             ax.set(xlabel="step", ylabel=f"{kind} (%)", title=f"{run.label} ({run.world_size} workers): {kind}")
@@ -136,7 +183,7 @@ def make_figure(runs: list[Run], out: Path, figure: str, stem: str, layers: bool
         axes[0][col].legend(fontsize=7)
         if layers:
             _layer_panel(axes[2][col], run, read.step)
-        checks_ += checks(run, run.label, read, groups)
+        checks_ += claims(run, run.label, read, groups)
         steps = [s for s in series(run, KEY)[0] if s >= read.step]
         notes.append(f"{run.label}: {read.text()}")
         notes.append(f"{run.label}, means over the {len(steps)} statistics steps from {read.step} on: " + ", ".join(

@@ -14,6 +14,12 @@ at its last statistics step, and the reading says that the run is still in its t
 
 Deliberate difference: the paper reads a fixed iteration (3000) and states no criterion; a fixed step would mean
 different things in runs of different length and learning rate.
+
+`end_reading` is the other reading, Table 2's: the run's last statistics step, where the laptop runs that measure
+Table 2 end (docs/scale_model.md sizes them to the paper's iteration 3000: the same fraction of an epoch), with the
+transient criterion said beside it. A point reading at the first step past the transient read Table 2 at 0.2-0.3 of
+that point (step 40 of 200 at 4 workers on one machine, later on another), where the tie rate is still climbing
+and embedding rows that no worker has met yet still give exact-zero directions.
 """
 from __future__ import annotations
 
@@ -35,12 +41,17 @@ class Reading:
     met: bool
     peak: int | None = None
     threshold: float = DROP
+    at_end: bool = False  # `end_reading`: the run's last statistics step, whatever the criterion says
 
     def text(self) -> str:
         value = "not measurable (too few training rows)" if self.drop is None else f"{100 * self.drop:.1f}%"
         rule = (f"drop(s) = 1 - L(s)/L(s/2) of the mean training loss L over (3s/4, s]; the transient is over "
                 f"after drop's peak" + (f" (step {self.peak})" if self.peak is not None else "") +
                 f", once drop < {100 * self.threshold:.0f}%")
+        if self.at_end:
+            return (f"statistics read at the run's last statistics step, {self.step} (the scale model's counterpart "
+                    f"of the paper's iteration 3000), " + ("past" if self.met else "still in") +
+                    f" the loss transient there: drop = {value} ({rule})")
         if self.met:
             return f"statistics read at step {self.step}, the first statistics step past the transient: " \
                    f"drop = {value} ({rule})"
@@ -77,6 +88,16 @@ def peak_step(losses: dict[int, float]) -> int | None:
     drops = {s: loss_drop(losses, s) for s in losses}
     drops = {s: d for s, d in drops.items() if d is not None}
     return max(drops, key=lambda s: (drops[s], -s)) if drops else None
+
+
+def end_reading(run: Run, steps: list[int], threshold: float = DROP) -> Reading:
+    """The last of `steps` (the run's statistics steps), with whether it lies past the transient."""
+    if not steps:
+        raise ValueError(f"{run.path}: no statistics steps to choose from")
+    losses, last = training_losses(run), max(steps)
+    peak, drop = peak_step(losses), loss_drop(losses, last)
+    met = peak is not None and last > peak and drop is not None and drop < threshold
+    return Reading(last, drop, met, peak, threshold, at_end=True)
 
 
 def reading_step(run: Run, steps: list[int], threshold: float = DROP) -> Reading:

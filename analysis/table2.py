@@ -6,15 +6,17 @@
 For every run that logs `stats/vote/<lion>_<vote>` (percent of elements; lion = sign(sum_i c_i), vote =
 sign(sum_i sign(c_i)), exact ties kept as zero), the 3x3 table at its reading step, one per world size (the latest
 run wins when two share one), next to the paper's Table 2 (GPT 730M, iteration 3000, 4 / 8 workers). The reading
-step is the first statistics step past the run's initial transient, measured on its training loss
-(analysis/steady_point.py); the tables, findings.json and the index say which step and the criterion's value.
+step is the run's last statistics step (analysis/steady_point.py `end_reading`: the laptop runs are sized so that it
+stands for the paper's iteration 3000), said with the loss-transient criterion's value there; the tables,
+findings.json and the index say which step.
 Where the run wrote its statistics arrays, the same step is also shown per layer group (embedding, blocks, head;
 `analysis.stats_rows.layer_group`), each group's cells in percent of its own elements, beside its share of the
 model, so that a reader sees which tensors make the model-wide numbers.
 Checks: over 30% of the votes tie at 4 workers and the tie rate is near the paper's 37% (within 5 points); it is
 lower at 8 workers than at 4; standard Lion's direction is (almost) never zero (under 1%). Their measured text
 names each group's value.
-Deliberate difference: the paper reads iteration 3000 of a 730M model; we read the step our criterion picks.
+Deliberate difference: the paper reads iteration 3000 of a 730M model; we read the last statistics step of a run
+sized to the same fraction of an epoch.
 """
 from __future__ import annotations
 
@@ -32,7 +34,9 @@ from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  #
 from analysis.paper_numbers import SIGNS, TABLE2  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import group_numel, group_sums, series  # noqa: E402
-from analysis.steady_point import Reading, reading_step  # noqa: E402
+from analysis.steady_point import Reading, end_reading  # noqa: E402
+from analysis.bands import cell  # noqa: E402
+from analysis.seeds import replicas_of  # noqa: E402
 
 NAMES = {"pos": "+1", "neg": "-1", "zero": "0"}
 KEY = "stats/vote/pos_pos"
@@ -47,6 +51,7 @@ class Ours:
     reading: Reading
     table: Table
     groups: dict[str, tuple[float, Table]] = field(default_factory=dict)  # group: (share of model %, table)
+    seeds: list[Table] = field(default_factory=list)  # each seed's table (the replicas'), where there are several
 
     @property
     def step(self) -> int:
@@ -94,17 +99,30 @@ def by_group(o: Ours, measure) -> str:
                                       for g, (share, t) in o.groups.items())
 
 
+def spread_cell(o: Ours, a: str, b: str) -> str:
+    """One cell of ours: the value, or the seeds' mean ± sd (analysis/bands.py)."""
+    return cell([t[(a, b)] for t in o.seeds], 2, "%") if len(o.seeds) > 1 else f"{o.table[(a, b)]:.2f}%"
+
+
+def mean_table(tables: list[Table]) -> Table:
+    return {k: sum(t[k] for t in tables) / len(tables) for k in tables[0]}
+
+
 def markdown(ours: dict[int, Ours]) -> str:
     sizes = sorted(ours)
     header = " / ".join(f"ours {w}w" for w in sizes)
     paper = " / ".join(f"paper {w}w" for w in sorted(TABLE2))
+    seeds = max(len(o.seeds) for o in ours.values())
     lines = [f"Percent of update elements, rows: sign of standard Lion, columns: sign of the majority vote. "
-             f"Cells: {header} | {paper}.", ""]
+             f"Cells: {header} | {paper}." + (f" Ours: mean ± sd over {seeds} seeds, each read at its own reading "
+                                              "step." if seeds > 1 else ""), ""]
     for w in sizes:
-        lines.append(f"- ours {w} workers: {ours[w].label}, {ours[w].reading.text()}")
+        lines.append(f"- ours {w} workers: {ours[w].label}" + (f" (the first seed's reading; the seeds' table2.md "
+                                                                 "say theirs)" if len(ours[w].seeds) > 1 else "")
+                     + f", {ours[w].reading.text()}")
     lines += ["", "| Lion \\ vote | " + " | ".join(NAMES[b] for b in SIGNS) + " |", "|---|---|---|---|"]
     for a in SIGNS:
-        cells = [" / ".join(f"{ours[w].table[(a, b)]:.2f}%" for w in sizes) + " | " +
+        cells = [" / ".join(spread_cell(ours[w], a, b) for w in sizes) + " | " +
                  " / ".join(f"{TABLE2[w][(a, b)]:.2f}%" for w in sorted(TABLE2)) for b in SIGNS]
         lines.append(f"| {NAMES[a]} | " + " | ".join(cells) + " |")
     grouped = [w for w in sizes if ours[w].groups]
@@ -157,9 +175,11 @@ def _heatmap(ax, title: str, table: Table) -> None:
 
 def heatmaps(ours: dict[int, Ours], out: Path) -> list[Path]:
     """Row 1: model-wide, ours and the paper's; then one row per world size with group tables."""
-    rows = [[(f"ours, {w} workers (step {o.step})", o.table) for w, o in sorted(ours.items())]
+    rows = [[(f"ours, {w} workers (step {o.step})" if len(o.seeds) < 2 else
+              f"ours, {w} workers, mean of {len(o.seeds)} seeds", o.table) for w, o in sorted(ours.items())]
             + [(f"paper, {w} workers (iteration 3000)", t) for w, t in sorted(TABLE2.items())]]
-    rows += [[(f"ours, {w} workers, {g} ({share:.1f}% of the model)", t) for g, (share, t) in o.groups.items()]
+    rows += [[(f"ours, {w} workers, {g} ({share:.1f}% of the model)" + (", first seed" if o.seeds else ""), t)
+              for g, (share, t) in o.groups.items()]
              for w, o in sorted(ours.items()) if o.groups]
     cols = max(len(r) for r in rows)
     fig, axes = plt.subplots(len(rows), cols, figsize=(3.3 * cols, 3.8 * len(rows)), squeeze=False)
@@ -175,7 +195,7 @@ def heatmaps(ours: dict[int, Ours], out: Path) -> list[Path]:
 
 
 def _when(o: Ours) -> str:
-    return "" if o.reading.met else " (read in the transient)"
+    return "" if o.reading.met else " (still in the loss transient there)"
 
 
 def checks(ours: dict[int, Ours]) -> list[Check]:
@@ -186,21 +206,22 @@ def checks(ours: dict[int, Ours]) -> list[Check]:
         detail = f"{tie[4]:.2f}% at 4 workers, step {ours[4].step}{_when(ours[4])} (paper {paper4:.2f}%)" + \
             by_group(ours[4], ties)
         result.append(Check("With 4 workers over 30% of the elements have a tied majority vote", detail,
-                            tie[4] > 30))
+                            tie[4] > 30, value=tie[4], paper=f"{paper4:.1f}% tied"))
         result.append(Check(f"The tie rate at 4 workers is near the paper's {paper4:.1f}% (within 5 points)",
-                            detail, abs(tie[4] - paper4) <= 5))
+                            detail, abs(tie[4] - paper4) <= 5, value=tie[4], paper=f"{paper4:.1f}%"))
     else:
         result.append(Check("With 4 workers over 30% of the elements have a tied majority vote",
                             f"no 4-worker run (have {sorted(tie)})", None))
     claim = "The tie rate is lower with 8 workers than with 4"
     result.append(Check(claim, f"{tie[4]:.2f}% at 4, {tie[8]:.2f}% at 8 (paper {paper4:.2f}% / "
-                               f"{ties(TABLE2[8]):.2f}%)" + by_group(ours[8], ties), tie[8] < tie[4])
+                               f"{ties(TABLE2[8]):.2f}%)" + by_group(ours[8], ties), tie[8] < tie[4],
+                        value=tie[4] - tie[8], paper=f"{paper4 - ties(TABLE2[8]):.1f} points lower")
                   if 4 in tie and 8 in tie else Check(claim, f"needs 4- and 8-worker runs (have {sorted(tie)})", None))
     zero_rows = {w: lion_zero(o.table) for w, o in ours.items()}
     result.append(Check("Standard Lion's direction is (almost) never zero (row 0 under 1%)",
                         "; ".join(f"{z:.3f}% at {w} workers" + by_group(ours[w], lion_zero)
                                   for w, z in sorted(zero_rows.items())),
-                        all(z < 1 for z in zero_rows.values())))
+                        all(z < 1 for z in zero_rows.values()), value=max(zero_rows.values()), paper="0.00%"))
     return result
 
 
@@ -209,8 +230,10 @@ def make(runs: list[Run], out: Path) -> Result:
     ours = {}
     for run in runs:
         need(run.world_size is not None, f"{run.path}: no world size in provenance.json or summary.json")
-        reading = reading_step(run, series(run, KEY)[0])
-        ours[run.world_size] = Ours(run.label, reading, vote_table(run, reading.step), group_tables(run, reading.step))
+        reading = end_reading(run, series(run, KEY)[0])
+        tables = [vote_table(r, end_reading(r, series(r, KEY)[0]).step) for r in replicas_of(run)]
+        ours[run.world_size] = Ours(run.label, reading, mean_table(tables), group_tables(run, reading.step),
+                                    tables if len(tables) > 1 else [])
     out.mkdir(parents=True, exist_ok=True)
     (out / "table2.md").write_text(markdown(ours))
     files = [out / "table2.md", write_csv(ours, out / "table2.csv"), write_group_csv(ours, out / "table2_groups.csv"),

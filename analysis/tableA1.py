@@ -20,7 +20,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.figure_cli import Check, Result, cli, save  # noqa: E402
 from analysis.paper_numbers import TABLE_A1, TABLE_A1_COLUMNS  # noqa: E402
-from analysis.time_bars import TABLE_COLUMNS, checks, groups, timed_runs, with_speedup, write_table  # noqa: E402
+from analysis import timing_checks  # noqa: E402
+from analysis.time_bars import (COMMUNICATE, TABLE_COLUMNS, TOTAL, checks, groups, timed_runs,  # noqa: E402
+                                with_speedup, write_table)
 from src.runlog.runs import Run  # noqa: E402
 from src.runlog.timing_table import to_markdown  # noqa: E402
 
@@ -62,16 +64,17 @@ def bars(rows: list[dict], out: Path) -> list[Path]:
 
 
 def share_check(rows: list[dict]) -> Check:
+    """Lion 32-bit's communication share of its step over 50 % on every rate-limited network, each share with its
+    95 % interval over the pooled timed steps."""
     slow = [r for r in rows if r["kind"] == "lion32" and r["network"].split()[-1] not in ("none", "infiniband",
                                                                                           "paper_infiniband", "local")]
     paper = [100 * r["communicate_ms"] / r["total_ms"] for r in TABLE_A1
              if r["optimizer"] == "Lion (32bit)" and r["network"] == "Ethernet"]
     claim = "Communication dominates Lion (32bit)'s step on a slow network (over half of it)"
-    if not slow:
-        return Check(claim, "no Lion (32bit) run on a rate-limited network", None)
-    shares = [100 * r["communicate_ms"] / r["total_ms"] for r in slow]
-    return Check(claim, ", ".join(f"{r['network']} {r['params_M']}M: {s:.0f}%" for r, s in zip(slow, shares)) +
-                 f" (paper Ethernet: {min(paper):.0f}-{max(paper):.0f}%)", all(s > 50 for s in shares))
+    shares = [timing_checks.share(f"{r['network']} {r['params_M']}M: communicate / step", r["samples"],
+                                  COMMUNICATE, TOTAL, 0.5, "above") for r in slow]
+    return timing_checks.check(claim, shares, "" if slow else "no Lion (32bit) run on a rate-limited network",
+                               paper=f"{min(paper):.0f}-{max(paper):.0f}% (Ethernet)")
 
 
 def make(runs: list[Run], out: Path) -> Result:

@@ -4,13 +4,24 @@ on them, the stacked bars and the table files.
 
 Rows come from src/runlog/timing_table.py (`timing_summary`); each gets `kind` (the variant's name, with `+overlap`
 when `variant.overlap` is on) and is drawn and tabled under `label` (`Run.label`, told apart where runs share one).
+A run with replicas at several seeds (analysis/seeds.py: here they are repeats of the same timing) gets the means
+over every replica's timed steps, `repeats`, and `total_seed_sd_ms` (the standard deviation of the repeats' mean
+step times: the bars' error bars); `samples` keeps every repeat's timed steps (ms: total and each phase) for the
+checks, which compare two times by the ratio of their means with a 95 % interval (analysis/timing_checks.py).
 """
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+from statistics import stdev
+
+import numpy as np
+
+from analysis import timing_checks
+from analysis.bands import record
 from analysis.figure_cli import Check, need, save
+from analysis.seeds import replicas_of
 from src.runlog.runs import Run, distinguish, load_run
 from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown
 
@@ -20,7 +31,34 @@ VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlio
 PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}
-TABLE_COLUMNS = (*COLUMNS, "speedup_vs_lion32", "amdahl_limit", "overlap_limit", "forward_overlap_limit")
+TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_sd_ms", "speedup_vs_lion32", "amdahl_limit", "overlap_limit",
+                 "forward_overlap_limit")
+SAMPLE_COLUMNS = ("total", *PHASES)  # the columns of `samples`, in ms
+TOTAL, COMMUNICATE = SAMPLE_COLUMNS.index("total"), SAMPLE_COLUMNS.index("communicate")
+
+
+def samples(run: Run) -> list[np.ndarray]:
+    """Every replica's timed steps (rows) x SAMPLE_COLUMNS, in milliseconds."""
+    return [np.array([[1000 * float(r.get(f"time/{c}", 0.0) or 0.0) for c in SAMPLE_COLUMNS]
+                      for r in timed_rows(rep)]) for rep in replicas_of(run)]
+
+
+def pooled_summary(run: Run) -> dict:
+    """`timing_summary` of the run, with the phase means and spread over every replica's timed steps."""
+    row = timing_summary(run)
+    each = [s for s in samples(run) if len(s)]
+    row["samples"] = each
+    row["repeats"] = len(each)
+    row["total_seed_sd_ms"] = round(stdev(float(s[:, TOTAL].mean()) for s in each), 2) if len(each) > 1 else None
+    if len(each) > 1:
+        steps = np.concatenate(each)
+        for i, c in enumerate(SAMPLE_COLUMNS):
+            row[f"{c}_ms"] = round(float(steps[:, i].mean()), 2)
+        row["other_ms"] = round(row["total_ms"] - sum(row[f"{p}_ms"] for p in PHASES), 2)
+        row["total_sd_ms"] = round(float(steps[:, TOTAL].std(ddof=1)), 2)
+        row["steps_timed"] = len(steps)
+        row["peak_mem_MiB"] = max(timing_summary(r)["peak_mem_MiB"] for r in replicas_of(run))
+    return row
 
 
 def network_label(run: Run, row: dict) -> str:
@@ -48,7 +86,7 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     runs = [r if isinstance(r, Run) else load_run(r) for r in runs]
     rows = []
     for run in runs:
-        row = timing_summary(run)
+        row = pooled_summary(run)
         row["network"] = network_label(run, row)
         overlap = bool((run.config.get("variant") or {}).get("overlap"))
         row["kind"] = row["variant"] + ("+overlap" if overlap else "")  # bars and rows are named by row["label"]
@@ -113,16 +151,23 @@ def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def stacked_bars(ax, group: list[dict], title: str) -> None:
-    """One panel: a bar per row stacked by phase, labelled with its speedup over Lion (32bit)."""
+    """One panel: a bar per row stacked by phase, labelled with its speedup over Lion (32bit), with an error bar of
+    ±1 sd: of the repeats' mean step times where a row has several repeats, else of its timed steps."""
     bottom = [0.0] * len(group)
     for seg in SEGMENTS:
         values = [r[f"{seg}_ms"] for r in group]
         ax.bar([r["label"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
         bottom = [b + v for b, v in zip(bottom, values)]
+    err = [r.get("total_seed_sd_ms") or r.get("total_sd_ms") or 0.0 for r in group]
+    ax.errorbar(range(len(group)), bottom, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
+    record(ax.figure, {"label": title, "axes": title, "x": [r["label"] for r in group], "mean": bottom, "sd": err,
+                       "n": [r.get("repeats", 1) for r in group], "band": "±1 sd (repeats' means, else steps)"})
     for x, (r, top) in enumerate(zip(group, bottom)):
         if r.get("speedup_vs_lion32"):
             ax.text(x, top, f"{r['speedup_vs_lion32']}x", ha="center", va="bottom", fontsize=8)
-    ax.set_title(title, fontsize=9)
+    repeats = max(r.get("repeats", 1) for r in group)
+    ax.set_title(title + (f" ({repeats} repeats; bars: ±1 sd of their means)" if repeats > 1 else
+                          " (bars: ±1 sd of the steps)"), fontsize=9)
     ax.set_ylabel("ms per step")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
 
@@ -145,33 +190,38 @@ def write_table(rows: list[dict], out_dir: str | Path, stem: str = "table_a1") -
     return [out_dir / f"{stem}.md", out_dir / f"{stem}.csv"]
 
 
+def _ratio(by: dict, a: str, b: str, column: int, side: str, what: str) -> timing_checks.Ratio:
+    return timing_checks.ratio(f"{a} / {b} {what}", by[a]["samples"], by[b]["samples"], side, column)
+
+
 def checks(rows: list[dict]) -> list[Check]:
+    """Per group: communication time falls along the precision chain; Lion Cub 8/4-bit's step is shorter than
+    Lion 32-bit's; an overlapped variant's step is shorter than its synchronous twin's; 1-bit communicates longer
+    than 4-bit. Each a ratio of mean times with its 95 % interval (analysis/timing_checks.py)."""
     result = []
     for (net, params, procs), group in groups(rows).items():
         where = f"{net}, {params}M, {procs} ranks"
         by = {r["kind"]: r for r in group}
         chain = [k for k in PRECISION_CHAIN if k in by]
-        comm = ", ".join(f"{k} {by[k]['communicate_ms']:.1f} ms" for k in chain)
-        result.append(Check(f"{where}: communication time falls with the precision ({' > '.join(chain)})", comm,
-                            all(by[a]["communicate_ms"] > by[b]["communicate_ms"] for a, b in zip(chain, chain[1:]))
-                            if len(chain) > 1 else None))
-        cubs = [k for k in ("cub8", "cub4") if k in by and by[k].get("speedup_vs_lion32")]
-        result.append(Check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
-                            ", ".join(f"{k} {by[k]['speedup_vs_lion32']}x" for k in cubs) or "no lion32 baseline",
-                            all(by[k]["speedup_vs_lion32"] > 1 for k in cubs) if cubs else None))
+        claim = f"{where}: communication time falls with the precision ({' > '.join(chain)})"
+        result.append(timing_checks.check(claim, [_ratio(by, a, b, COMMUNICATE, "above", "communicate")
+                                                  for a, b in zip(chain, chain[1:])],
+                                          "" if len(chain) > 1 else "needs two of " + ", ".join(PRECISION_CHAIN)))
+        cubs = [k for k in ("cub8", "cub4") if k in by and "lion32" in by]
+        result.append(timing_checks.check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
+                                          [_ratio(by, "lion32", k, TOTAL, "above", "step") for k in cubs],
+                                          "" if cubs else "no lion32 baseline", paper="up to 5.1x (Ethernet)"))
         for kind in [k for k in by if k.endswith("+overlap")]:
-            sync = by.get(kind.split("+")[0])
-            if sync:
-                result.append(Check(f"{where}: {kind} hides communication: a shorter step than synchronous "
-                                    f"{sync['kind']}", f"{by[kind]['total_ms']:.0f} ms (sd {by[kind]['total_sd_ms']}) "
-                                    f"vs {sync['total_ms']:.0f} ms (sd {sync['total_sd_ms']})",
-                                    by[kind]["total_ms"] < sync["total_ms"]))
+            sync = kind.split("+")[0]
+            if sync in by:
+                result.append(timing_checks.check(
+                    f"{where}: {kind} hides communication: a shorter step than synchronous {sync}",
+                    [_ratio(by, sync, kind, TOTAL, "above", "step")]))
         if "cub1" in by and "cub4" in by:
-            result.append(Check(f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack "
-                                "overhead, as the paper found at 2 nodes)",
-                                f"cub1 {by['cub1']['communicate_ms']:.1f} ms, "
-                                f"cub4 {by['cub4']['communicate_ms']:.1f} ms",
-                                by["cub1"]["communicate_ms"] > by["cub4"]["communicate_ms"]))
+            result.append(timing_checks.check(
+                f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack overhead, as the paper "
+                "found at 2 nodes)", [_ratio(by, "cub1", "cub4", COMMUNICATE, "above", "communicate")],
+                paper="1-bit longer at 2 nodes"))
     return result
 
 

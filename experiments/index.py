@@ -1,31 +1,35 @@
 """The index of `make figures` (results/figures/index.md): every figure and table of Lion Cub beside the paper's
-caption and finding, with the checks its analysis script computed from the measured numbers.
+caption and finding, with the checks its analysis script computed from the measured numbers, their spread over
+seeds and their verdicts.
 
-Nothing here judges a figure: the verdicts are the `checks` of each `<out>/<name>/findings.json`, written by the
-analysis script from the run data (see analysis/figure_cli.py). A figure whose runs failed, or whose analysis
-could not draw it (exit status 2: its runs lack what it needs; a missing module), says so instead.
+Nothing here judges a figure: the verdicts are those of each `<out>/<name>/findings.json` (FORMAT 2), written by
+the analysis script from the run data by the one rule of analysis/verdicts.py, which the index states at its top.
+A figure whose runs failed, or whose analysis could not draw it (exit status 2: its runs lack what it needs; a
+missing module), says so instead; a findings.json of an older format (no spread) is not read as a verdict: the index
+says so and how to redraw it.
 
 The index always lists every figure and table that has a manifest (`every_figure`), whichever ones this invocation
-drew: one drawn earlier is read back from its findings.json, one never drawn says "not run". Each lists the runs
-it came from and their date (when each run finished), and the spread of its verdicts: with seeds in the manifest,
-each check per seed (`<out>/<name>/seed<N>/findings.json`: how many seeds show it, and the mean and range of the
-number its measurement varies in, where every seed words it alike); without seeds, one line saying the verdicts
-come from a single run.
+drew: one drawn earlier is read back from its findings.json, one never drawn says "not run". Each section lists
+its checks (the paper's number, each seed's measurement, the mean and spread, k of n seeds, the verdict), the
+seeds and any that are missing, the machines its runs came from, the runs, and the wall time of its runs and of its
+drawing. The index ends with one table of every check: figure, check, the paper's number, the laptop's mean and
+spread, k of n, the verdict and, for each check not shown, its reason: `noise` (within noise, with its interval or
+the seeds' disagreement), or the manifest's measured reason (`unshown:`, class `scale` or `defect fixed`, with the
+command that measures it), or "unexplained".
 """
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.verdicts import NOISE, NOT_SHOWN, RULE, SHOWN, UNDECIDED, VERDICTS
 from experiments.manifest import Manifest
 
 FINDINGS = "findings.json"  # analysis/figure_cli.py writes it
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
-
-VERDICT = {True: "shown", False: "**not shown**", None: "undecided"}
+FORMAT = 2                  # analysis/figure_cli.py FORMAT (checked here without importing matplotlib)
+VERDICT = {SHOWN: "shown", NOT_SHOWN: "**not shown**", NOISE: "*within noise*", UNDECIDED: "undecided"}
 
 
 @dataclass
@@ -36,10 +40,24 @@ class FigureEntry:
     returncode: int | None = None
     message: str = ""
     earlier: bool = False  # drawn by an earlier invocation (or never): read back from disk
+    draw_seconds: float | None = None
 
     def findings(self) -> dict | None:
+        """The figure's findings.json (FORMAT 2), or None (not drawn, or an older format: `stale` says so)."""
         path = self.out / FINDINGS
-        return json.loads(path.read_text()) if self.returncode == 0 and path.is_file() else None
+        if self.returncode != 0 or not path.is_file():
+            return None
+        data = json.loads(path.read_text())
+        return data if data.get("format") == FORMAT else None
+
+    def stale(self) -> str:
+        """Why an existing findings.json is not read: written in an older format, without the spread over seeds."""
+        path = self.out / FINDINGS
+        if self.returncode != 0 or not path.is_file() or self.findings() is not None:
+            return ""
+        found = json.loads(path.read_text()).get("format", 1)
+        return (f"{path.name} is of format {found} (no verdicts over seeds), not {FORMAT}: its checks are not read as "
+                f"verdicts. Redraw it: `make figures FIGS={self.manifest.name} FIGURES_ARGS=--no-run`.")
 
 
 def from_disk(manifest: Manifest, out: Path) -> FigureEntry:
@@ -76,40 +94,28 @@ def seeds_of(manifest: Manifest) -> list[int]:
     return sorted({r.seed for r in manifest.runs if r.seed is not None})
 
 
-def _measured_spread(texts: list[str]) -> str:
-    """Mean and range of the number that varies between the seeds' `measured` texts (the first one that does),
-    where all of them say it with the same words; empty where they do not."""
-    if len({NUMBER.sub("#", t) for t in texts}) != 1 or not NUMBER.search(texts[0]):
-        return ""
-    columns = list(zip(*([float(n) for n in NUMBER.findall(t)] for t in texts)))
-    values = next((c for c in columns if len(set(c)) > 1), columns[0])
-    return f"; measured: mean {sum(values) / len(values):.4g}, range {min(values):.4g} to {max(values):.4g}"
-
-
-def spread(entry: FigureEntry) -> list[str]:
-    """How far the verdicts can be trusted: per seed where the manifest has seeds, else a single-run line."""
-    seeds = seeds_of(entry.manifest)
-    if not seeds:
-        return ["Spread: every verdict above comes from a single run of each configuration (the manifest has no "
-                "seeds), so it has no spread; another seed may decide a close check the other way.", ""]
-    per_seed = {s: entry.out / f"seed{s}" / FINDINGS for s in seeds}
-    found = {s: json.loads(p.read_text()) for s, p in per_seed.items() if p.is_file()}
-    if not found:
-        return [f"Spread: the manifest has seeds {', '.join(map(str, seeds))}, but no per-seed verdicts were drawn.",
-                ""]
-    lines = [f"Spread over seeds {', '.join(map(str, found))} (each seed's runs drawn alone):", ""]
-    claims = dict.fromkeys(c["claim"] for f in found.values() for c in f["checks"])
-    for claim in claims:
-        checks = [c for f in found.values() for c in f["checks"] if c["claim"] == claim]
-        shown = sum(c["holds"] is True for c in checks)
-        lines.append(f"- {claim}: shown in {shown} of {len(found)} seeds"
-                     + _measured_spread([c["measured"] for c in checks]))
-    return lines + [""]
-
-
 def cell(text: str) -> str:
     """Text for a Markdown table cell (pipes escaped, one line)."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def counts(entries: list[FigureEntry]) -> dict[str, int]:
+    """How many checks of the drawn figures end in each verdict."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for e in entries:
+        for c in (e.findings() or {}).get("checks", []):
+            out[c["verdict"]] += 1
+    return out
+
+
+def _tally(entry: FigureEntry) -> str:
+    findings = entry.findings()
+    if not findings:
+        return "older format" if entry.stale() else "not run" if entry.earlier else "not drawn"
+    n = dict.fromkeys(VERDICTS, 0)
+    for c in findings["checks"]:
+        n[c["verdict"]] += 1
+    return f"{n[SHOWN]} / {n[NOISE]} / {n[NOT_SHOWN]}" + (f" ({n[UNDECIDED]} undecided)" if n[UNDECIDED] else "")
 
 
 def _minutes(entry: FigureEntry) -> str:
@@ -117,17 +123,26 @@ def _minutes(entry: FigureEntry) -> str:
     return f"{sum(secs) / 60:.1f}" if secs else "-"
 
 
-def _tally(entry: FigureEntry) -> str:
-    findings = entry.findings()
+def _seeds(findings: dict | None) -> str:
     if not findings:
-        return "not run" if entry.earlier else "not drawn"
-    checks = findings["checks"]
-    shown = sum(c["holds"] is True for c in checks)
-    decided = sum(c["holds"] is not None for c in checks)
-    return f"{shown} of {decided} shown" + (f" ({len(checks) - decided} undecided)" if decided < len(checks) else "")
+        return "-"
+    seeds = findings.get("seeds") or []
+    missing = findings.get("missing_seeds") or {}
+    text = f"{len(seeds) - len(missing)} of {len(seeds)}" if missing else str(len(seeds))
+    return text
+
+
+def _machines(findings: dict | None) -> str:
+    machines = (findings or {}).get("machines") or {}
+    if not machines:
+        return "-"
+    text = "; ".join(f"{m} ({n} runs)" if len(machines) > 1 else m for m, n in machines.items())
+    return text + (f" (**{len(machines)} machines mixed**)" if len(machines) > 1 else "")
 
 
 def _status(entry: FigureEntry) -> str:
+    if entry.stale():
+        return entry.stale()
     if entry.returncode == 0:
         return ""
     if entry.earlier:
@@ -137,13 +152,58 @@ def _status(entry: FigureEntry) -> str:
     return f"Not drawn: {entry.message or 'the analysis did not run'}."
 
 
+def per_seed_text(check: dict) -> str:
+    """Each seed's measurement (with its verdict where the seeds differ), and each missing seed's reason."""
+    per_seed = check.get("per_seed") or {}
+    if len(per_seed) <= 1 and not check.get("missing"):
+        return check.get("pooled") or next(iter(per_seed.values()), {}).get("measured", check.get("measured", ""))
+    mark = {True: "shown", False: "not shown", None: "undecided"}
+    parts = [f"seed {s}: {v['measured']} ({mark[v['holds']]})" for s, v in per_seed.items()]
+    parts += [f"seed {s}: missing ({why})" for s, why in (check.get("missing") or {}).items()]
+    head = f"pooled: {check['pooled']}; " if check.get("pooled") else ""
+    return head + "; ".join(parts)
+
+
+def reason(manifest: Manifest, check: dict) -> str:
+    """Why a check is not shown (see the module docstring); empty for a shown one."""
+    if check["verdict"] == SHOWN:
+        return ""
+    if check["verdict"] == NOISE:
+        if check.get("interval"):
+            lo, hi = check["interval"]
+            return f"noise: its 95 % interval {lo:.3g} to {hi:.3g} holds 1 (no difference)"
+        return f"noise: the seeds disagree (shown in {check['shown_in']} of {check['decided']})"
+    if check["verdict"] == UNDECIDED:
+        return "undecided: " + cell(check.get("measured", ""))
+    found = manifest.reason(check["claim"])
+    if found is None:
+        return "unexplained"
+    command = f" (`{found['command']}`)" if found.get("command") else ""
+    return f"{found['class']}: {found['reason']}{command}"
+
+
+def checks_table(findings: dict) -> list[str]:
+    """One figure's checks: the paper's finding and number, each seed's measurement, the spread, k of n, verdict."""
+    lines = ["| paper's finding | paper | measured here | mean (spread) | shown in | verdict |",
+             "|---|---|---|---|---|---|"]
+    for c in findings["checks"]:
+        lines.append(f"| {cell(c['claim'])} | {cell(c.get('paper') or '-')} | {cell(per_seed_text(c))} | "
+                     f"{cell(c.get('spread_text') or '-')} | {c['shown_in']} of {c['decided']} | "
+                     f"{VERDICT[c['verdict']]} |")
+    return lines
+
+
 def section(entry: FigureEntry, index_dir: Path) -> list[str]:
     m = entry.manifest
     lines = [f"## {m.figure}: {m.figure_title}", ""]
+    paper = m.path is None or m.path.parent == Path(__file__).resolve().parent
     if m.caption:
-        lines += [f"> **Paper's caption.** {m.caption}", ""]
+        lines += [f"> **{'Paper' if paper else 'Manifest'}'s caption.** {m.caption}", ""]
     if m.finding:
-        lines += [f"> **Paper's finding.** {m.finding}", ""]
+        lines += [f"> **{'Paper' if paper else 'Manifest'}'s finding.** {m.finding}", ""]
+    if m.spread:
+        lines += [f"Seeds: {m.spread}", ""]
+    lines += [f"- Manifest: {w}" for w in m.warnings] + ([""] if m.warnings else [])
     findings = entry.findings()
     if findings is None:
         lines += [_status(entry), ""]
@@ -155,18 +215,20 @@ def section(entry: FigureEntry, index_dir: Path) -> list[str]:
                 lines += [f"![{m.figure}]({rel})", ""]
             elif path.suffix == ".md" and path.is_file():
                 lines += [path.read_text().strip(), ""]
-        lines += ["Does this run show the paper's finding? (computed from the measured numbers)", "",
-                  "| paper's finding | measured here | verdict |", "|---|---|---|"]
-        lines += [f"| {cell(c['claim'])} | {cell(c['measured'])} | {VERDICT[c['holds']]} |"
-                  for c in findings["checks"]]
+        lines += ["Does it show the paper's finding? (computed from the measured numbers; verdict by the rule at "
+                  "the top)", ""] + checks_table(findings)
         lines += [""] + [f"- {note}" for note in findings.get("notes", [])] + [""]
-        lines += spread(entry)
+        seeds = findings.get("seeds") or []
+        lines.append(f"Seeds: {', '.join(map(str, seeds)) or 'the config default'}" + (
+            "" if len(seeds) > 1 else " (a single run of each configuration: its verdicts have no spread)") + ".")
+        lines += [f"- seed {s}: **verdict missing**: {why}" for s, why in (findings.get("missing_seeds") or {}).items()]
+        lines += ["", f"Machine: {_machines(findings)}.", ""]
     lines += [runs_line(entry, findings), ""]
     return lines
 
 
 def runs_line(entry: FigureEntry, findings: dict | None) -> str:
-    """The runs a figure came from, each with when it finished, and how it was drawn."""
+    """The runs a figure came from, each with when it finished, and how it was drawn and how long it took."""
     m = entry.manifest
     if entry.outcomes:
         runs = ", ".join(f"`{o.spec.name}` ({o.status}" + (f", {o.seconds:.0f} s" if o.seconds else "")
@@ -178,27 +240,56 @@ def runs_line(entry: FigureEntry, findings: dict | None) -> str:
         runs += f"; drawn {_date(entry.out / FINDINGS)} by an earlier `make figures`"
     else:
         runs = "none yet"
-    return (f"Runs ({m.scale} scale, manifest `experiments/{m.name}.yaml`): {runs}. Drawn by "
+    took = f" in {entry.draw_seconds:.0f} s" if entry.draw_seconds is not None else ""
+    return (f"Runs ({m.scale} scale, manifest `{m.path.name if m.path else m.name}`): {runs}. Wall time of its runs: "
+            f"{_minutes(entry)} min (a run shared with other figures counts in each). Drawn{took} by "
             f"`python -m {m.analysis} RUN... --out {entry.out.name}/`.")
+
+
+EVERY_CHECK = ["| figure | check | paper | laptop: mean (spread) | shown in | verdict | reason where not shown |",
+               "|---|---|---|---|---|---|---|"]
+
+
+def check_rows(manifest: Manifest, findings: dict) -> list[str]:
+    """The rows of one figure in the closing table (`EVERY_CHECK`)."""
+    return [f"| {manifest.figure} | {cell(c['claim'])} | {cell(c.get('paper') or '-')} | "
+            f"{cell(c.get('spread_text') or '-')} | {c['shown_in']} of {c['decided']} | {VERDICT[c['verdict']]} | "
+            f"{cell(reason(manifest, c))} |" for c in findings.get("checks", [])]
+
+
+def verdict_table(entries: list[FigureEntry]) -> list[str]:
+    """The closing table: every check of every drawn figure, its spread, verdict and reason."""
+    lines = ["## Every check", "", *EVERY_CHECK]
+    for e in entries:
+        lines += check_rows(e.manifest, e.findings() or {})
+    return lines + [""]
 
 
 def write_index(entries: list[FigureEntry], out: Path, seconds: float, manifests: list[Manifest] = ()) -> Path:
     """`<out>/index.md` of `entries` (this invocation's) and of every other manifest in `manifests`."""
     out.mkdir(parents=True, exist_ok=True)
     entries = every_figure(entries, list(manifests), out)
+    n = counts(entries)
     lines = ["# Lion Cub (arXiv:2411.16462), figures and tables regenerated", "",
              f"Written by `make figures` on {time.strftime('%Y-%m-%d %H:%M')}; this invocation took "
              f"{seconds / 60:.1f} min (runs finished by earlier invocations were reused, not rerun). Each verdict "
-             "below is a check computed by the figure's analysis script from the measured numbers "
+             "below is computed by the figure's analysis script from the measured numbers "
              "(`<figure>/findings.json`); laptop-scale runs are far smaller and shorter than the paper's, so a "
              "finding that does not show here is reported as such, not tuned until it appears.", "",
-             "| figure | title | checks | run minutes (measured) | drawn |", "|---|---|---|---|---|"]
+             f"**How a verdict is reached** (analysis/verdicts.py, the one rule of every figure): {RULE}", "",
+             f"**Checks: {n[SHOWN]} shown, {n[NOISE]} within noise, {n[NOT_SHOWN]} not shown"
+             + (f", {n[UNDECIDED]} undecided" if n[UNDECIDED] else "") + "**; the table at the end lists each.", "",
+             "| figure | title | checks: shown / within noise / not shown | seeds | run minutes (measured) | "
+             "drawing (s) | machine | drawn |", "|---|---|---|---|---|---|---|---|"]
     for e in entries:
+        findings = e.findings()
+        took = f"{e.draw_seconds:.0f}" if e.draw_seconds is not None else "-"
         lines.append(f"| [{e.manifest.figure}](#{_anchor(e)}) | {e.manifest.figure_title} | {_tally(e)} | "
-                     f"{_minutes(e)} | {_drawn(e)} |")
+                     f"{_seeds(findings)} | {_minutes(e)} | {took} | {cell(_machines(findings))} | {_drawn(e)} |")
     lines.append("")
     for e in entries:
         lines += section(e, out)
+    lines += verdict_table(entries)
     path = out / "index.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -206,7 +297,7 @@ def write_index(entries: list[FigureEntry], out: Path, seconds: float, manifests
 
 def _drawn(entry: FigureEntry) -> str:
     if entry.findings() is None:
-        return "not run" if entry.earlier else "-"
+        return "older format" if entry.stale() else "not run" if entry.earlier else "-"
     return ("earlier, " if entry.earlier else "now, ") + str(_date(entry.out / FINDINGS))
 
 

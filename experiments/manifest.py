@@ -13,13 +13,21 @@ analysis.fig5) and `scales.paper` / `scales.laptop` / `scales.tiny`, each with o
 +exp=laptop, the paper's proportions kept on 2 CPU cores, docs/scale_model.md) and `tiny` (the earlier laptop
 runs: GPT-2++ tiny on the demo corpus, +exp=demo; quick checks, not a scale model). A run
 has a `name` (unique in the manifest), Hydra `overrides` (a preset `+exp=NAME` of conf/exp/ plus deltas),
-optional `seeds` (one run per seed, named `<name>-seed<N>`, `seed=<N>` added), `nodes`, `nproc_per_node`,
+optional `seeds` (one run per seed, named `<name>-seed<N>`, `seed=<N>` added, or `--seed N` for a module; a
+template of common.yaml may carry them, so that every manifest sharing it runs the same seeds), `nodes`,
+`nproc_per_node`,
 `launcher` (`torchrun`, or `emulate`: the emulated cluster of src.launch.emulate on one machine, with `rate`),
 `module` (default src.train; the communication benchmark for Table 1 / Fig. 2, with `args`), `label` (how
 figures name the run: the override `++run.label='...'` is added), and `minutes` (estimated cost on 2 CPU cores,
 laptop and tiny scales). A scale's `defaults` fill what a run leaves out (their overrides
 come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (one section per scale)
 so that manifests sharing a run share its folder; defaults do not apply to it, its own keys are added on top.
+A manifest may also say `spread:` (how many seeds its runs take and why: the index prints it) and `unshown:`, a
+list of `{claim, class, reason, command}`: for a check whose claim contains `claim` and that is not shown, the
+measured reason (class `scale` or `defect fixed`) and the command that measures it, for the index's table.
+`load_manifest(..., seeds=N)` keeps each run's first N seeds (`make figures SEEDS=N`). A run whose `seeds` is
+empty runs once at the config's seed, and a seed listed twice runs once: both are said in `Manifest.warnings`
+(the index prints them), not refused.
 
 `load_manifest(name_or_path, scale)` checks everything a launcher would trip over and raises ManifestError
 naming it: unknown manifest or scale, missing keys, duplicate run names, a preset that is not in conf/exp/, an
@@ -48,6 +56,7 @@ CPU_SCALES = ("laptop", "tiny")  # run by `make figures` on 2 CPU cores; every r
 LAUNCHERS = ("torchrun", "emulate")
 RUN_KEYS = {"name", "overrides", "seeds", "seed", "nodes", "nproc_per_node", "launcher", "module", "args", "rate",
             "minutes", "use", "label"}
+REASON_CLASSES = ("scale", "defect fixed")  # why a check is not shown (noise is the verdict "within noise" itself)
 _PRESET = re.compile(r"^\+{0,2}exp=(.+)$")
 
 
@@ -97,6 +106,13 @@ class Manifest:
     caption: str = ""
     finding: str = ""
     path: Path | None = None
+    spread: str = ""
+    unshown: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def reason(self, claim: str) -> dict | None:
+        """The `unshown` entry whose `claim` is part of `claim`, if any."""
+        return next((u for u in self.unshown if u["claim"] in claim), None)
 
     @property
     def minutes(self) -> float:
@@ -161,27 +177,60 @@ def _entries(name: str, scale: str, section: dict) -> list[dict]:
     return entries
 
 
-def _expand(entry: dict, where: str) -> list[RunSpec]:
+def seed_list(entry: dict, where: str, warnings: list[str]) -> list[int | None]:
+    """The seeds of one run entry, in the manifest's order: `seeds` (an empty list and repeats are said in
+    `warnings`), else `seed`, else [None] (the config's seed)."""
+    if "seeds" not in entry or entry["seeds"] is None:
+        return [entry["seed"]] if entry.get("seed") is not None else [None]
+    raw = entry["seeds"]
+    if not isinstance(raw, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in raw):
+        raise ManifestError(f"{where}, run {entry.get('name')!r}: seeds must be a list of integers, not {raw!r}")
+    if not raw:
+        warnings.append(f"run {entry.get('name')!r}: `seeds: []` lists no seed; it runs once at the config's seed")
+        return [None]
+    unique = list(dict.fromkeys(raw))
+    if len(unique) < len(raw):
+        twice = sorted({s for s in raw if raw.count(s) > 1})
+        warnings.append(f"run {entry.get('name')!r}: seed(s) {', '.join(map(str, twice))} listed twice; each runs once")
+    return unique
+
+
+def _expand(entry: dict, where: str, warnings: list[str], max_seeds: int | None = None) -> list[RunSpec]:
     if "name" not in entry:
         raise ManifestError(f"{where}: a run has no name")
-    seeds = entry.get("seeds") or ([entry["seed"]] if entry.get("seed") is not None else [None])
+    seeds = seed_list(entry, where, warnings)[:max_seeds]
     specs = []
     for seed in seeds:
-        name = entry["name"] if len(seeds) == 1 else f"{entry['name']}-seed{seed}"
-        overrides = [str(o) for o in entry.get("overrides") or []] + ([f"seed={seed}"] if seed is not None else [])
+        name = entry["name"] if seed is None or "seeds" not in entry else f"{entry['name']}-seed{seed}"
+        overrides = [str(o) for o in entry.get("overrides") or []]
+        args = [str(a) for a in entry.get("args") or []]
+        module = str(entry.get("module", "src.train"))
+        if seed is not None:
+            overrides += [f"seed={seed}"] if module == "src.train" else []
+            args += [] if module == "src.train" else ["--seed", str(seed)]
         if entry.get("label"):
             overrides.append(label_override(str(entry["label"])))
         try:
             specs.append(RunSpec(name=name, overrides=overrides, nodes=int(entry.get("nodes", 1)),
                                  nproc_per_node=int(entry.get("nproc_per_node", 1)),
-                                 launcher=str(entry.get("launcher", "torchrun")),
-                                 module=str(entry.get("module", "src.train")),
-                                 args=[str(a) for a in entry.get("args") or []],
+                                 launcher=str(entry.get("launcher", "torchrun")), module=module, args=args,
                                  rate=None if entry.get("rate") is None else str(entry["rate"]),
                                  seed=seed, minutes=entry.get("minutes")))
         except (TypeError, ValueError) as exc:
             raise ManifestError(f"{where}, run {name!r}: {exc}") from None
     return specs
+
+
+def _unshown(data: dict, where: str) -> list[dict]:
+    entries = data.get("unshown") or []
+    if not isinstance(entries, list):
+        raise ManifestError(f"{where}: unshown must be a list of {{claim, class, reason, command}}")
+    for e in entries:
+        if not isinstance(e, dict) or not {"claim", "class", "reason"} <= set(e):
+            raise ManifestError(f"{where}: every unshown entry needs claim, class and reason; got {e!r}")
+        if e["class"] not in REASON_CLASSES:
+            raise ManifestError(f"{where}: unshown class {e['class']!r} is not one of {', '.join(REASON_CLASSES)}")
+    return [{"command": "", **e} for e in entries]
 
 
 def label_override(label: str) -> str:
@@ -224,8 +273,11 @@ def check_run(spec: RunSpec, scale: str, where: str) -> None:
         raise ManifestError(f"{where}: paper-scale runs keep periodic checkpoints; remove checkpoint.every=0")
 
 
-def load_manifest(name_or_path: str | Path, scale: str) -> Manifest:
-    """The manifest `name_or_path` (a name in experiments/ or a YAML path) at `scale` (paper | laptop | tiny)."""
+def load_manifest(name_or_path: str | Path, scale: str, seeds: int | None = None) -> Manifest:
+    """The manifest `name_or_path` (a name in experiments/ or a YAML path) at `scale` (paper | laptop | tiny),
+    each run at its first `seeds` seeds (all of them by default)."""
+    if seeds is not None and seeds < 1:
+        raise ManifestError(f"seeds must be 1 or more, not {seeds}")
     if scale not in SCALES:
         raise ManifestError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     path = _resolve(name_or_path)
@@ -238,7 +290,8 @@ def load_manifest(name_or_path: str | Path, scale: str) -> Manifest:
     if not section or not section.get("runs"):
         raise ManifestError(f"manifest {name} has no runs at scale {scale!r}")
     where = f"manifest {name} ({scale})"
-    runs = [spec for entry in _entries(name, scale, section) for spec in _expand(entry, where)]
+    warnings: list[str] = []
+    runs = [spec for entry in _entries(name, scale, section) for spec in _expand(entry, where, warnings, seeds)]
     seen: set[str] = set()
     for spec in runs:
         if spec.name in seen:
@@ -247,7 +300,8 @@ def load_manifest(name_or_path: str | Path, scale: str) -> Manifest:
         check_run(spec, scale, where)
     return Manifest(name=name, figure=str(data["figure"]), scale=scale, analysis=str(data["analysis"]), runs=runs,
                     figure_title=str(data.get("figure_title", "")), caption=str(data.get("caption", "")).strip(),
-                    finding=str(data.get("finding", "")).strip(), path=path)
+                    finding=str(data.get("finding", "")).strip(), path=path,
+                    spread=str(data.get("spread", "")).strip(), unshown=_unshown(data, where), warnings=warnings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,13 @@
 """What notebooks/figures.ipynb calls: draw one figure or table of Lion Cub from a runs folder with its analysis
-script, and show it with its checks (the notebook stays a list of `show("fig5")` cells with a few words each), after
-a first table of every figure's verdict (`verdicts`).
+script, and show it with its checks and their spread over seeds (the notebook stays a list of `show("fig5")` cells
+with a few words each), after a first table of every figure's verdicts and of every check with its spread
+(`verdicts`: the same table as the end of `make figures`' index).
 
 The runs of a figure are the finished runs of its manifest in the runs folder that `make figures` fills
 (`<runs>/<run name>-<key>`, experiments/runner.py), or any sources given for it (run folders, folders of runs,
-`wandb:ENTITY/PROJECT`). The figure is drawn by the analysis module's `make(runs, out)`, the same code as
-`python -m analysis.figN`; each is drawn once per notebook session (the verdict table draws them all, the cells below
-show them).
+`wandb:ENTITY/PROJECT`). The figure is drawn by `analysis.figure_cli.draw` over the analysis module's
+`make(runs, out)` (each seed, then the seeds' mean and spread), the same code as `python -m analysis.figN`; each is
+drawn once per notebook session (the verdict table draws them all, the cells below show them).
 
     python -m experiments.notebook [--out results/notebook/figures.ipynb] [--runs results/runs]   (`make notebook`)
 
@@ -21,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments.index import VERDICT, cell
+from experiments.index import EVERY_CHECK, NOISE, NOT_SHOWN, SHOWN, UNDECIDED, check_rows, checks_table, cell
 from experiments.manifest import REPO, load_manifest, manifest_names
 from experiments.runner import is_finished, run_folder
 
@@ -37,7 +38,8 @@ def manifest_sources(name: str, runs_root: str | Path, scale: str = "laptop") ->
 
 
 def draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None = None, scale: str = "laptop"):
-    """(manifest, Result or None, message): figure `name` drawn into `out/<name>` from its runs (once per session)."""
+    """(manifest, findings or None, message): figure `name` drawn into `out/<name>` from its runs over their seeds
+    (once per session); findings is what findings.json holds (analysis/figure_cli.py `findings_payload`)."""
     key = (name, str(runs_root), str(out), tuple(map(str, sources or ())), scale)
     if key not in _drawn:
         _drawn[key] = _draw(name, runs_root, out, sources, scale)
@@ -45,7 +47,7 @@ def draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None
 
 
 def _draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None, scale: str):
-    from analysis.figure_cli import MissingRuns
+    from analysis.figure_cli import MissingRuns, draw as draw_figure, findings_payload
     from src.runlog.runs import load_runs
 
     manifest = load_manifest(name, scale)
@@ -58,7 +60,7 @@ def _draw(name: str, runs_root: str | Path, out: str | Path, sources: list | Non
         return manifest, None, f"{manifest.analysis} is not in this checkout ({exc})"
     try:
         runs = getattr(module, "load", load_runs)(sources)
-        return manifest, module.make(runs, Path(out) / name), ""
+        return manifest, findings_payload(manifest.figure, draw_figure(module.make, runs, Path(out) / name)), ""
     except (MissingRuns, FileNotFoundError) as exc:
         return manifest, None, f"cannot draw {manifest.figure}: {exc}"
 
@@ -67,39 +69,43 @@ def show(name: str, runs_root: str | Path, out: str | Path, sources: list | None
     """Draw figure `name` and display it in the notebook: caption, images, tables and the computed checks."""
     from IPython.display import Image, Markdown, display
 
-    manifest, result, message = draw(name, runs_root, out, sources, scale)
+    manifest, findings, message = draw(name, runs_root, out, sources, scale)
     display(Markdown(f"**{manifest.figure}: {manifest.figure_title}.** *Paper:* {manifest.caption}"))
-    if result is None:
+    if findings is None:
         display(Markdown(f"*Not drawn:* {message}"))
         return None
-    for path in result.files:
+    for path in map(Path, findings["files"]):
         if path.suffix == ".png":
             display(Image(filename=str(path)))
         elif path.suffix == ".md":
             display(Markdown(path.read_text()))
-    rows = [f"| {cell(c.claim)} | {cell(c.measured)} | {VERDICT[c.holds]} |" for c in result.checks]
-    if rows:
-        display(Markdown("| paper's finding | measured here | verdict |\n|---|---|---|\n" + "\n".join(rows)))
-    return result
+    if findings["checks"]:
+        seeds = findings.get("seeds") or []
+        display(Markdown("\n".join(checks_table(findings)) + f"\n\nSeeds: {', '.join(map(str, seeds)) or '-'}; "
+                         f"machine: {'; '.join(findings.get('machines') or {}) or '-'}."))
+    return findings
 
 
-def tally(result) -> str:
-    """`k of n shown` over a figure's decided checks (and how many are undecided)."""
-    decided = [c for c in result.checks if c.holds is not None]
-    shown = sum(c.holds is True for c in decided)
-    undecided = len(result.checks) - len(decided)
-    return f"{shown} of {len(decided)} shown" + (f" ({undecided} undecided)" if undecided else "")
+def tally(findings: dict) -> str:
+    """`shown / within noise / not shown` over a figure's checks (and how many are undecided)."""
+    n = {v: sum(c["verdict"] == v for c in findings["checks"]) for v in (SHOWN, NOISE, NOT_SHOWN, UNDECIDED)}
+    return (f"{n[SHOWN]} shown, {n[NOISE]} within noise, {n[NOT_SHOWN]} not shown"
+            + (f" ({n[UNDECIDED]} undecided)" if n[UNDECIDED] else ""))
 
 
 def verdict_table(runs_root: str | Path, out: str | Path, sources: dict | None = None, scale: str = "laptop") -> str:
-    """A Markdown table of every manifest's figure: its title, its verdict (or why it was not drawn) and its runs."""
-    lines = ["| figure | title | verdict | runs |", "|---|---|---|---|"]
+    """Markdown: every manifest's figure with its verdicts, seeds and runs (or why it was not drawn), then every
+    check with the paper's number, the spread over seeds, k of n and the verdict (as `make figures`' index ends)."""
+    lines = ["| figure | title | verdicts | seeds | runs |", "|---|---|---|---|---|"]
+    every = ["", *EVERY_CHECK]
     for name in manifest_names():
-        manifest, result, message = draw(name, runs_root, out, (sources or {}).get(name), scale)
-        verdict = tally(result) if result is not None else f"not drawn: {message}"
+        manifest, findings, message = draw(name, runs_root, out, (sources or {}).get(name), scale)
+        verdict = tally(findings) if findings is not None else f"not drawn: {message}"
         runs = len(manifest_sources(name, runs_root, scale)) if not (sources or {}).get(name) else "given"
-        lines.append(f"| {manifest.figure} | {cell(manifest.figure_title)} | {cell(verdict)} | {runs} |")
-    return "\n".join(lines)
+        seeds = len((findings or {}).get("seeds") or []) or "-"
+        lines.append(f"| {manifest.figure} | {cell(manifest.figure_title)} | {cell(verdict)} | {seeds} | {runs} |")
+        every += check_rows(manifest, findings) if findings is not None else []
+    return "\n".join(lines + every)
 
 
 def verdicts(runs_root: str | Path, out: str | Path, sources: dict | None = None, scale: str = "laptop") -> None:

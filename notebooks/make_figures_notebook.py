@@ -1,4 +1,4 @@
-"""Writes notebooks/figures.ipynb: a table of every figure's verdict, the runs as DataFrames (`load_runs`), then one
+"""Writes notebooks/figures.ipynb: a table of every figure's verdicts and every check's spread, the runs as DataFrames (`load_runs`), then one
 Markdown cell (what the figure shows) and one `show(...)` cell per figure and table of Lion Cub, in the paper's order.
 Run it after adding a manifest: `python notebooks/make_figures_notebook.py`; `make notebook` executes it.
 """
@@ -35,10 +35,13 @@ SOURCES = {}   # e.g. {"fig12": ["wandb:my-team/lioncub"], "table2": ["/data/run
 def figure(name):
     return show(name, RUNS, OUT, SOURCES.get(name), SCALE)"""
 
-VERDICTS_TEXT = """## Every figure's verdict
+VERDICTS_TEXT = """## Every figure's verdict, and every check with its spread over seeds
 
-How many of each figure's checks these runs show (each check is computed by the figure's analysis script from the
-measured numbers), or why it could not be drawn. The sections below show each figure with its checks."""
+How many of each figure's checks these runs show, leave within noise or do not show (each check is computed by the
+figure's analysis script from the measured numbers, once per seed, and decided by the one rule of
+`analysis/verdicts.py`: shown in every seed, in none, or the seeds disagree; a timing comparison by its 95 %
+interval), or why it could not be drawn; then every check with the paper's number, the laptop's mean and spread
+over the seeds, and in how many seeds it shows. The sections below show each figure with its checks."""
 
 VERDICTS = "verdicts(RUNS, OUT, SOURCES, SCALE)"
 

@@ -1,5 +1,7 @@
 """Table 1 and Fig. 2 of Lion Cub from communication-benchmark CSVs (the columns src/bench/comm_bench.py writes):
-measured times in the table equal the CSV's, the model's terms are Table 1's, and the checks follow the data."""
+measured times in the table equal the CSV's, the model's terms are Table 1's, and the checks follow the data: each
+comparison of two collective times by its 95 % interval over the timed calls (`communicate_samples_s`); a file
+with medians only decides nothing."""
 from __future__ import annotations
 
 import csv
@@ -10,11 +12,13 @@ from src.bench.comm_model import terms as row_terms
 
 CASES = {"ps_naive": ("ps_naive", 4, ""), "ps_tree": ("ps_tree", 4, ""), "cub4": ("pbit", 32, 4),
          "cub1": ("onebit", 32, "")}
-FIELDS = ("rate", "world_size", "case", "model", "word_size", "bits", "numel", "communicate_s", "total_s")
+FIELDS = ("rate", "world_size", "case", "model", "word_size", "bits", "numel", "communicate_s", "total_s",
+          "communicate_samples_s")
+SPREAD = (0.97, 0.99, 1.0, 1.01, 1.03)  # each timed call's time over the median
 
 
-def write_csv(path, times):
-    """times: {(rate, numel, case): seconds}."""
+def write_csv(path, times, samples: bool = True):
+    """times: {(rate, numel, case): seconds}; the timed calls spread 3 % around each (none without `samples`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -22,7 +26,8 @@ def write_csv(path, times):
         for (rate, numel, case), seconds in times.items():
             model, word, bits = CASES[case]
             writer.writerow({"rate": rate, "world_size": 4, "case": case, "model": model, "word_size": word,
-                             "bits": bits, "numel": numel, "communicate_s": seconds, "total_s": 2 * seconds})
+                             "bits": bits, "numel": numel, "communicate_s": seconds, "total_s": 2 * seconds,
+                             "communicate_samples_s": ";".join(str(seconds * k) for k in SPREAD) if samples else ""})
     return path
 
 
@@ -70,3 +75,11 @@ def test_bench_checks_follow_the_numbers(tmp_path):
     assert [c["holds"] for c in checks] == [False, True, False]
     assert table1.main([str(tmp_path / "comm.csv"), "--out", str(tmp_path / "t1")]) == 0
     assert [c["holds"] for c in json.loads((tmp_path / "t1" / "findings.json").read_text())["checks"]] == [False] * 2
+
+
+def test_medians_alone_decide_nothing(tmp_path):
+    write_csv(tmp_path / "comm.csv", GOOD, samples=False)
+    assert fig2.main([str(tmp_path / "comm.csv"), "--out", str(tmp_path / "f2")]) == 0
+    checks = json.loads((tmp_path / "f2" / "findings.json").read_text())["checks"]
+    assert [c["verdict"] for c in checks] == ["undecided"] * 3
+    assert all("too few" in c["measured"] for c in checks)

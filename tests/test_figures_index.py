@@ -1,6 +1,6 @@
 """The index of `make figures` lists every figure and table that has a manifest, whichever ones an invocation
 draws: after `FIGS=fig5` the Fig. 4 drawn earlier keeps its verdicts, runs and date, figures never drawn say
-"not run", and each verdict carries its spread (one line for a single run; per seed where the manifest has seeds).
+"not run", and a single run's verdicts say that they have no spread (tests/test_verdicts.py: over seeds).
 Fig. 4 is drawn from a small hand-built run (tests/fake_runs.py), not from a training run."""
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import numpy as np
 
 from analysis import fig4
 from experiments import figures
-from experiments.index import FigureEntry, spread
-from experiments.manifest import Manifest, RunSpec, manifest_names
+from experiments.manifest import manifest_names
 from fake_runs import GPT_LAYERS, gpt_config, vote_keys, write_arrays, write_run
 
 
@@ -44,25 +43,11 @@ def test_the_index_keeps_fig4_after_figs_fig5(tmp_path):
     assert "![Fig. 4](fig4/fig4.png)" in fig4_part
     assert all(c["claim"].replace("|", "\\|") in fig4_part for c in checks)
     assert "`cub4` (gpt_stats, finished " in fig4_part and "drawn " in fig4_part
-    assert "comes from a single run" in fig4_part
+    assert "a single run of each configuration" in fig4_part
     assert "no finished runs: nothing to draw" in section(index, "Fig. 5")
     titles = re.findall(r"^## (.+?): ", index, re.M)
     assert len(titles) == len(manifest_names())  # every manifest, drawn or not
     assert "Not run: `make figures FIGS=fig2`" in section(index, "Fig. 2")
     rows = {line.split("|")[1].strip().split("]")[0] + "]": line for line in index.splitlines()
             if line.startswith("| [")}
-    assert rows["[Fig. 2]"].endswith("| not run | - | not run |") and "| earlier, " in rows["[Fig. 4]"]
-
-
-def test_seeds_give_each_check_its_spread(tmp_path):
-    specs = [RunSpec(f"a-seed{s}", [f"seed={s}"], seed=s) for s in (1, 2, 3)]
-    manifest = Manifest("figX", "Fig. X", "laptop", "analysis.figX", specs)
-    entry = FigureEntry(manifest, tmp_path / "figX", returncode=0)
-    for seed, (ms, holds) in zip((1, 2, 3), ((10.0, True), (14.0, True), (30.0, False))):
-        folder = entry.out / f"seed{seed}"
-        folder.mkdir(parents=True)
-        check = {"claim": "cub4 is faster", "measured": f"cub4 {ms} ms", "holds": holds}
-        (folder / "findings.json").write_text(json.dumps({"checks": [check]}))
-    lines = spread(entry)
-    assert lines[0].startswith("Spread over seeds 1, 2, 3")
-    assert "- cub4 is faster: shown in 2 of 3 seeds; measured: mean 18, range 10 to 30" in lines
+    assert rows["[Fig. 2]"].endswith("| not run | - | - | - | - | not run |") and "| earlier, " in rows["[Fig. 4]"]

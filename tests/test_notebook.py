@@ -1,7 +1,7 @@
 """notebooks/figures.ipynb runs top to bottom (nbclient, as `make notebook` runs it: the executed copy is written
 beside, the tracked notebook untouched) on a small runs folder laid out as `make figures` lays it out: it opens with
-every figure's verdict, the figures whose runs are there are drawn by analysis/, the others say what is missing;
-and the notebook has a cell for every manifest."""
+every figure's verdicts and every check with its spread (the table that ends the index), the figures whose runs are
+there are drawn by analysis/, the others say what is missing; and the notebook has a cell for every manifest."""
 from __future__ import annotations
 
 import re
@@ -50,8 +50,11 @@ def test_notebook_executes(tmp_path):
     nb = nbformat.read(executed, as_version=4)
     assert nbformat.read(NOTEBOOK, as_version=4).cells[3].outputs == []  # the tracked notebook stays unexecuted
     table = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in nb.cells[3].outputs)
-    assert nb.cells[3].source.startswith("verdicts(") and table.count("\n| ") == len(manifest_names())
-    assert re.search(r"\| Table 2 \| [^|]+ \| \d+ of \d+ shown", table) and "| Fig. 12 | " in table
+    figures, _, every = table.partition("\n\n")
+    assert nb.cells[3].source.startswith("verdicts(") and figures.count("\n| ") == len(manifest_names())
+    assert re.search(r"\| Table 2 \| [^|]+ \| \d+ shown, \d+ within noise, \d+ not shown", figures)
+    assert "| Fig. 12 | " in figures and "| laptop: mean (spread) | shown in |" in every
+    assert "| Table 2 | With 4 workers over 30% of the elements have a tied majority vote | 37.2% tied |" in every
     for name in ("table2", "fig4", "fig5", "fig7", "fig8", "figC2"):
         assert (out / name / f"{name}.png").stat().st_size > 10_000, name
     outputs = {}

@@ -13,7 +13,8 @@ calls between barriers:
   machine's shared monotonic clock), so it excludes the time early ranks wait for ranks still quantizing, which is
   `skew`; `comm_timer` is the largest per-rank communicate time of the reducer's PhaseTimer (what a training log
   shows, waiting included); `quantize` the largest per-rank quantize/pack/unpack time; `unpipelined` its total.
-The row holds the medians over reps, the field width really sent (`bits`), the bytes the busiest rank sends per
+The row holds the medians over reps (and every rep's collective and end-to-end time, `communicate_samples_s` and
+`total_samples_s`, `;`-separated, for intervals; `seed` the update's seed), the field width really sent (`bits`), the bytes the busiest rank sends per
 the algorithm models (`wire_bytes`), the bytes the busiest host's link really sent (tx_bytes of
 GLOO_SOCKET_IFNAME; empty off the emulator), the ideal time wire_bytes * 8 / rate, and efficiency = ideal /
 measured (end to end, and collective only). The gradient-allreduce cases are not chunked: both measurements are
@@ -48,9 +49,9 @@ DEFAULT_SIZES = (1 << 14, 1 << 20, 1 << 22, 1 << 24, 100_000_000)
 QUICK_SIZES = (1 << 12, 1 << 16, 1 << 20)
 MAX_PHASES = 4
 COLUMNS = ("rate", "rate_bps", "nodes", "nproc_per_node", "world_size", "case", "model", "word_size", "bits",
-           "numel", "reps", "total_s", "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "total_min_s",
+           "numel", "reps", "seed", "total_s", "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "total_min_s",
            "unpipelined_s", "wire_bytes", "link_bytes", "ideal_s", "efficiency", "comm_efficiency", "cpu_model",
-           "cpu_isa", "cores", "threads_per_rank", "host_cpus")
+           "cpu_isa", "cores", "threads_per_rank", "host_cpus", "communicate_samples_s", "total_samples_s")
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -154,7 +155,9 @@ def measure(case: Case, numel: int, reps: int, warmup: int, seed: int, clock: bo
     link = float(med[5]) if float(stats[:, 5].min()) >= 0 else None
     return dict(total_s=float(total.quantile(0.5)), communicate_s=float(med[1]), comm_timer_s=float(med[2]),
                 quantize_s=float(med[3]), skew_s=float(med[4]), total_min_s=float(total.min()),
-                unpipelined_s=float(med[0]), wire_bytes=int(wire.item()), link_bytes=link, bits=bits)
+                unpipelined_s=float(med[0]), wire_bytes=int(wire.item()), link_bytes=link, bits=bits,
+                communicate_samples_s=";".join(f"{v:.6g}" for v in stats[:, 1].tolist()),
+                total_samples_s=";".join(f"{v:.6g}" for v in total.tolist()))
 
 
 def machine_columns() -> dict:
@@ -167,14 +170,15 @@ def machine_columns() -> dict:
                 threads_per_rank=str(low) if low == high else f"{low}-{high}", host_cpus=cpu_list(info["cpus"]))
 
 
-def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict, host: dict | None = None) -> dict:
+def make_row(case: Case, numel: int, reps: int, rate: int | None, result: dict, host: dict | None = None,
+             seed: int = 0) -> dict:
     world, local_world = dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
     ideal = result["wire_bytes"] * 8 / rate if rate else None
     result = dict(result)
     bits = result.pop("bits") or case.bits
     return dict(rate=format_rate(rate), rate_bps=rate or "", nodes=world // local_world, nproc_per_node=local_world,
                 world_size=world, case=case.name, model=case.model, word_size=case.word_size,
-                bits=bits or "", numel=numel, reps=reps, **result,
+                bits=bits or "", numel=numel, reps=reps, seed=seed, **result,
                 ideal_s=ideal if ideal is not None else "",
                 efficiency=ideal / result["total_s"] if ideal is not None else "",
                 comm_efficiency=ideal / result["communicate_s"] if ideal is not None else "", **(host or {}))
@@ -250,7 +254,7 @@ def main(argv=None) -> int:
         rows = []
         for case in cases:
             result = measure(case, numel, reps, args.warmup, args.seed, clock, kernels)
-            rows.append(make_row(case, numel, reps, rate, result, host))
+            rows.append(make_row(case, numel, reps, rate, result, host, args.seed))
             if rank == 0:
                 print(describe_row(rows[-1]), flush=True)
         if rank == 0:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-NUMERIC = ("rate_bps", "nodes", "nproc_per_node", "world_size", "word_size", "bits", "numel", "reps", "total_s",
-           "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "wire_bytes", "link_bytes", "ideal_s")
+NUMERIC = ("rate_bps", "nodes", "nproc_per_node", "world_size", "word_size", "bits", "numel", "reps", "seed",
+           "total_s", "communicate_s", "comm_timer_s", "quantize_s", "skew_s", "wire_bytes", "link_bytes", "ideal_s")
 
 
 def read_rows(path: str | Path) -> list[dict]:

@@ -40,6 +40,13 @@ class Run:
     summary: dict
     arrays: dict[int, dict] = field(default_factory=dict)  # step -> statistics arrays (W&B runs carry them here)
     shown_as: str | None = None  # the label `distinguish` gave this run among runs that share its own label
+    # This configuration's runs at every seed, set by the figure scripts (their mean and spread).
+    replicas: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def seed(self) -> int | None:
+        value = self.config.get("seed")
+        return None if value is None else int(value)
 
     @property
     def variant(self) -> str:
