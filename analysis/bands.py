@@ -49,6 +49,12 @@ def curve(ax, run, points: Callable[[object], dict[int, tuple[float, float]]], l
     return len(reps)
 
 
+def first_of(run) -> str:
+    """` (seed 1, the first of 5)` for a figure drawn from one replica of several (a histogram), else ''."""
+    reps = replicas_of(run)
+    return f" (seed {getattr(reps[0], 'seed', '?')}, the first of {len(reps)})" if len(reps) > 1 else ""
+
+
 def mean_sd(values: list[float]) -> tuple[float, float | None]:
     """Mean and sample standard deviation (None for one value)."""
     return fmean(values), (stdev(values) if len(values) > 1 else None)

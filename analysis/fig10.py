@@ -9,9 +9,10 @@ speedup is the total step time of the group's Lion (32bit) run (`variant.name ==
 the limits that bound it (`add_limits`: Amdahl's law on Lion 32-bit's communication share, and communication
 hidden behind computation), and the spread of the step times (`total_sd_ms`). Rows and
 bars are named by `Run.label` (config `run.label`, else the variant's name). Checks, per group: communication time
-falls with the communication precision (Lion 32-bit > 16-bit > Lion Cub 8-bit > 4-bit); Lion Cub 8/4-bit speed up
-the whole step over Lion 32-bit; the 1-bit allreduce's communication against 4-bit's (the paper found 1-bit slower
-at 2 nodes: its pack/unpack outweighs the bytes saved).
+("Comm" as the paper's bars count it: quantize + communicate) falls with the communication precision (Lion 32-bit >
+16-bit > Lion Cub 8-bit > 4-bit); Lion Cub 8/4-bit speed up the whole step over Lion 32-bit; the 1-bit allreduce's
+Comm against 4-bit's (the paper found 1-bit slower at 2 nodes: its pack/unpack outweighs the bytes saved). Each is
+a ratio of mean times over every timed step of every repeat, with a 95 % interval (analysis/timing_checks.py).
 Deliberate difference from the paper: quantization is its own bar segment, and "other" (data, clipping, Python)
 is shown instead of being hidden in the total.
 """

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import timing_checks  # noqa: E402
+from analysis.bands import record  # noqa: E402
 from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench, row_samples  # noqa: E402
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
@@ -46,15 +47,22 @@ def model_panel(ax, name: str, alpha: float, beta: float, numel: float = 1e8) ->
     ax.grid(alpha=0.3, which="both")
 
 
-def measured_panel(ax, rate: str, rows: list[dict]) -> None:
+def measured_panel(ax, rate: str, rows: list[dict], runs: list[BenchRun]) -> None:
+    """Each implementation's collective time against N: the median of every timed call of every repeat, with ±1 sd
+    error bars (recorded), over the line of the Table 1 model fitted to the first repeat's medians."""
     fitted = fit(table1_rows(rows))
     alpha, beta = fitted.alpha, fitted.beta
     for algorithm, (label, *_) in ROWS.items():
         mine = sorted((r for r in rows if r["case"] == CASE_OF[algorithm]), key=lambda r: r["numel"])
         if not mine:
             continue
-        ax.plot([r["numel"] for r in mine], [r["communicate_s"] for r in mine], "o", color=COLORS[algorithm],
-                label=f"{label} ({mine[0]['case']})")
+        calls = [np.concatenate(row_samples(runs, r))[:, 0] for r in mine]
+        median, sd = [float(np.median(c)) for c in calls], [float(c.std(ddof=1)) if len(c) > 1 else 0.0 for c in calls]
+        ax.errorbar([r["numel"] for r in mine], median, yerr=sd, fmt="o", color=COLORS[algorithm], capsize=2,
+                    label=f"{label} ({mine[0]['case']})")
+        record(ax.figure, {"label": f"{mine[0]['case']}, rate {rate}", "axes": rate, "x": [r["numel"] for r in mine],
+                           "mean": median, "sd": sd, "n": [len(c) for c in calls],
+                           "band": "±1 sd of the timed calls (the points: their median)"})
         ax.plot([r["numel"] for r in mine], [alpha * terms(r)[0] + beta * terms(r)[1] for r in mine], "-",
                 color=COLORS[algorithm], alpha=0.7)
     ax.set(xscale="log", yscale="log", xlabel="update size N", ylabel="collective time (s)",
@@ -92,10 +100,12 @@ def checks(rates: dict[str, list[dict]], runs: list[BenchRun]) -> list[Check]:
                                               "faster than the 1-bit allreduce",
                                               [faster(runs, rows, "cub4", "cub1", small)], paper="direct faster"))
         if all(have(c, big) for c in CASE_OF.values()):
+            sent = {c: row_of(rows, c, big).get("link_bytes") for c in CASE_OF.values()}
             result.append(timing_checks.check(
                 f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
                 [faster(runs, rows, c, "ps_naive", big) for c in CASE_OF.values() if c != "ps_naive"],
-                paper="naive PS slowest"))
+                "busiest host link sent " + ", ".join(f"{c} {v / 1e6:.2f} MB" for c, v in sent.items() if v)
+                if any(sent.values()) else "", paper="naive PS slowest"))
     if not result:
         result.append(Check("Measured regimes follow Fig. 2", "no benchmark on a rate-limited link", None))
     return result
@@ -113,7 +123,7 @@ def make(runs: list[BenchRun], out: Path) -> Result:
     for ax, scenario in zip(axes[0], SCENARIOS):
         model_panel(ax, *scenario)
     for ax, (rate, rows) in zip(axes[1], rates.items()):
-        measured_panel(ax, rate, rows)
+        measured_panel(ax, rate, rows, runs)
     for ax in [*axes[0][len(SCENARIOS):], *axes[1][len(rates):]]:
         ax.set_visible(False)
     axes[0][0].legend(fontsize=7)

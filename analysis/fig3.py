@@ -6,7 +6,7 @@ on alternating steps keep the loss stable at every beta2.
 Runs are Lion Cub runs whose `variant.reducer.zeros` tells them apart: `plus`/`minus` (the naive conversion
 x -> x >= 0 of Section 2), `alternate` (Section 3.2's fix) and `keep` (exact zeros, the paper's "2-bit allreduce").
 One row of panels per `optim.beta2`, validation loss against steps and time. Checks: a naive run diverges
-(`analysis.loss_panels.diverged`: non-finite loss, or the final EMA training loss 0.5 nats above its lowest),
+(`analysis.loss_panels.diverged`: a non-finite loss, or the final validation loss 0.5 nats above its lowest),
 no alternating run diverges, and alternating ends closer to exact zeros than naive does (final validation loss).
 The naive check's measured text and the notes say what the naive rule moved in that run (analysis/zero_drift.py):
 the elements with exact-zero updates and where they are, their drift sum(lr) (and, where an exact-zeros run at any
@@ -45,6 +45,11 @@ def _closer_check(groups: dict[str, list[Run]]) -> Check:
                  paper="minimal differences")
 
 
+def _largest(values) -> float | None:
+    """The largest of the values that are not None (None if none is)."""
+    return max((v for v in values if v is not None), default=None)
+
+
 def make(runs: list[Run], out: Path) -> Result:
     runs = [r for r in runs if zeros_rule(r) is not None]
     need(any(zeros_rule(r) in NAIVE for r in runs), "Fig. 3 needs a naive run (variant.reducer.zeros=plus)")
@@ -63,12 +68,12 @@ def make(runs: list[Run], out: Path) -> Result:
         Check("The naive 1-bit allreduce (zeros sent as +1) diverges",
               " | ".join(f"{k}: {'diverged' if d else 'stable'} ({why}); {how[k]}"
                          for k, (_, d, why) in naive.items()),
-              any(d for _, d, _ in naive.values()), value=max((rise(r) for r in runs if zeros_rule(r) in NAIVE),
-                                                               default=None), paper="diverges"),
+              any(d for _, d, _ in naive.values()), value=_largest(rise(r) for r in runs if zeros_rule(r) in NAIVE),
+              paper="diverges"),
         Check("With zeros sent as +1/-1 on alternating steps the loss stays stable, regardless of beta2",
               "; ".join(f"{k}: {'diverged' if d else 'stable'} ({why})" for k, (_, d, why) in alternating.items()),
               not any(d for _, d, _ in alternating.values()),
-              value=max((rise(r) for r in runs if zeros_rule(r) == "alternate"), default=None), paper="stable"),
+              value=_largest(rise(r) for r in runs if zeros_rule(r) == "alternate"), paper="stable"),
         _closer_check(groups),
     ]
     notes = [f"final validation loss: {finals(runs)}"]

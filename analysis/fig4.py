@@ -23,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from analysis.bands import first_of  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, runs_with_key, save  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import last_row, per_layer  # noqa: E402
@@ -67,7 +68,7 @@ def draw_run(axes, run: Run, row: dict) -> None:
             ax.plot(x, np.exp(-0.5 * ((x - mu) / s) ** 2) / (s * math.sqrt(2 * math.pi)), color="tab:blue",
                     label="Gaussian fit")
     ax.set(yscale="log", xlabel="update value c", ylabel="density",
-           title=f"{run.label}: {name}, step {int(arrays['step'])}")
+           title=f"{run.label}{first_of(run)}: {name}, step {int(arrays['step'])}")
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7)
     if "hist_log10_abs_counts" in arrays:

@@ -7,7 +7,8 @@ value of its rows' `mem/*` keys (src/engine/step_stats.py): on CUDA `mem/peak_al
 `mem/peak_reserved_bytes` (what PyTorch's caching allocator held: fragmentation and cached blocks included; NCCL's
 own buffers are in neither); on CPU `mem/peak_bytes` (the process's resident set size). Bars are grouped by model
 size (the run's parameter count, from summary.json), one bar per run label (`run.label`, else the variant); runs
-of one label and size (several seeds or ranks' views) show their largest peak. CUDA runs draw two panels,
+of one label and size at several seeds draw their mean with ±1 sd error bars, and the checks of each seed read its
+own peaks (several runs of one label and size there: their largest peak). CUDA runs draw two panels,
 allocated and reserved; CPU runs draw RSS. Writes FOLDER/figA1.png, FOLDER/figA1.pdf, FOLDER/figA1.csv and
 findings.json (checks: the methods' peaks nearly equal at the smallest size; Lion Cub 1-bit's the largest at the
 largest size). Exits with status 2 and says what is missing when no run, or no run with the memory keys, is given.
@@ -25,7 +26,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.figure_cli import Check, Result, cli, need  # noqa: E402
+from analysis.bands import bars  # noqa: E402
+from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from analysis.seeds import replicas_of  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 
 VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
@@ -80,7 +83,9 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
         width = 0.8 / len(labels)
         for i, label in enumerate(labels):
             xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(sizes))]
-            ax.bar(xs, [peaks.get((s, label), 0) / 2**30 for s in sizes], width, label=label)
+            per_seed = [[r[panel] / 2**30 for r in rows if r.get(panel) is not None and r["label"] == label
+                         and size_label(r["params"]) == s] or [0.0] for s in sizes]
+            bars(ax, xs, per_seed, label, width=width)
         ax.set_xticks(range(len(sizes)), sizes)
         ax.set_xlabel("model size (parameters)")
         ax.set_ylabel("peak memory per process (GiB)")
@@ -88,12 +93,7 @@ def plot(rows: list[dict], out: Path) -> list[Path]:
     axes[0][0].legend(fontsize=8)
     fig.suptitle("Fig. A.1: maximum memory when training GPT")
     fig.tight_layout()
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "figA1.png", out / "figA1.pdf"]
-    for path in paths:
-        fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return paths
+    return save(fig, out, "figA1")
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
@@ -132,10 +132,11 @@ def checks(rows: list[dict]) -> list[Check]:
 
 def make(runs: list[Run], out: Path) -> Result:
     rows = [row for row in (memory_row(run) for run in runs) if row is not None]
+    drawn = [row for row in (memory_row(r) for run in runs for r in replicas_of(run)) if row is not None]
     keys = ", ".join(key for key, _ in PANELS.values())
     need(bool(rows), f"none of the {len(runs)} run(s) logged peak memory ({keys}); they were written before "
                      "lioncub logged memory, or are not training runs")
-    return Result([*plot(rows, out), write_csv(rows, out / "figA1.csv")], checks(rows))
+    return Result([*plot(drawn, out), write_csv(drawn, out / "figA1.csv")], checks(rows))
 
 
 def main(argv: list[str] | None = None) -> int:

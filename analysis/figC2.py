@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from analysis.bands import first_of  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import per_layer  # noqa: E402
@@ -70,7 +71,7 @@ def draw(ax, run: Run, arrays: dict, i: int, steps: dict[str, float]) -> None:
             label="L1 (clipped) levels")
     lim = 1.2 * max(abs(q[0]), abs(q[-1]))
     ax.set(xlabel="probability p", ylabel="c", ylim=(-lim, lim),
-           title=f"{run.label}: {arrays['layers'][i]}, step {int(arrays['step'])}")
+           title=f"{run.label}{first_of(run)}: {arrays['layers'][i]}, step {int(arrays['step'])}")
     ax.title.set_fontsize(8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

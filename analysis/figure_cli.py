@@ -133,7 +133,8 @@ def machines(runs: list) -> dict[str, int]:
     return out
 
 
-def draw(make: Callable[[list, Path], Result], runs: list, out: Path, seeds: list[int] | None = None) -> Drawn:
+def draw(make: Callable[[list, Path], Result], runs: list, out: Path, seeds: list[int] | None = None,
+         figure: str = "") -> Drawn:
     """`make` over the seeds of `runs` (see the module docstring; `seeds`: those to draw one by one, default every
     seed the runs have); MissingRuns when the figure cannot be drawn from every seed at once."""
     plan = seeding.plan(runs, seeds)
@@ -147,7 +148,8 @@ def draw(make: Callable[[list, Path], Result], runs: list, out: Path, seeds: lis
         except MissingRuns as exc:
             missing[seed] = str(exc)
             continue
-        write_findings(out / f"seed{seed}", single(per_seed[seed], plan.runs_of[seed], seed))
+        write_findings(out / f"seed{seed}", single(per_seed[seed], plan.runs_of[seed], seed),
+                       f"{figure}, seed {seed}")
     result = make(plan.representatives if plan.seeds else runs, out)
     if not plan.seeds:
         only = {seeding.seed_of(r) for r in runs} - {None}
@@ -224,7 +226,7 @@ def cli(make: Callable[[list, Path], Result], figure: str, prog: str, doc: str |
     try:
         runs = load(args.sources)
         need(bool(runs), f"{nothing} under {', '.join(map(str, args.sources))}")
-        drawn = draw(make, runs, args.out, args.seeds)
+        drawn = draw(make, runs, args.out, args.seeds, figure)
     except (MissingRuns, FileNotFoundError) as exc:
         print(f"{prog}: cannot draw {figure}: {exc}", file=sys.stderr)
         return 2

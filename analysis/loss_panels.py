@@ -39,28 +39,29 @@ def end_time(run: Run) -> float | None:
     return float(rows[-1]["train_time"]) if rows else None
 
 
-def rise(run: Run) -> float | None:
-    """How far the final EMA training loss lies above the run's lowest EMA loss (inf for a non-finite loss)."""
-    losses = [r["loss"] for r in run.train_rows()]
-    if not losses:
-        return None
-    if any(not math.isfinite(v) for v in losses):
+def rise(run: Run, metric: str = "val/loss") -> float | None:
+    """How far the final validation loss lies above the run's lowest (inf after a non-finite training or validation
+    loss; None with fewer than two evaluations)."""
+    losses = [r["loss"] for r in run.train_rows()] + [r[metric] for r in run.eval_rows(metric)]
+    if any(not math.isfinite(float(v)) for v in losses):
         return math.inf
-    smooth = ema(losses)
-    return smooth[-1] - min(smooth)
+    evals = [float(r[metric]) for r in run.eval_rows(metric)]
+    return evals[-1] - min(evals) if len(evals) > 1 else None
 
 
-def diverged(run: Run, margin: float = 0.5) -> tuple[bool, str]:
-    """Whether training diverged: a non-finite loss, or a final EMA training loss more than `margin` nats above
-    the run's lowest EMA loss. Returns the verdict and the numbers behind it."""
-    losses = [r["loss"] for r in run.train_rows()]
-    if not losses:
-        return False, "no training loss"
-    if any(not math.isfinite(v) for v in losses):
+def diverged(run: Run, margin: float = 0.5, metric: str = "val/loss") -> tuple[bool, str]:
+    """Whether training diverged: a non-finite loss, or a final validation loss more than `margin` nats above the
+    run's lowest. Returns the verdict and the numbers behind it. (The validation loss, averaged over its batches,
+    not the training loss of rank 0's batch: at the laptop scale that is one 64-token window, whose moving average
+    rises 0.4-0.5 nats above its own minimum in every run, diverging or not, as the later windows of the corpus are
+    harder.)"""
+    value = rise(run, metric)
+    if value is None:
+        return False, f"fewer than two {metric} evaluations"
+    if math.isinf(value):
         return True, "non-finite loss"
-    smooth = ema(losses)
-    rise = smooth[-1] - min(smooth)
-    return rise > margin, f"final EMA loss {smooth[-1]:.3f}, lowest {min(smooth):.3f} (rise {rise:.3f})"
+    evals = [float(r[metric]) for r in run.eval_rows(metric)]
+    return value > margin, f"final {metric} {evals[-1]:.3f}, lowest {min(evals):.3f} (rise {value:.3f})"
 
 
 def group_by(runs: list[Run], key: str, name: str) -> dict[str, list[Run]]:

@@ -125,6 +125,7 @@ def markdown(ours: dict[int, Ours]) -> str:
         cells = [" / ".join(spread_cell(ours[w], a, b) for w in sizes) + " | " +
                  " / ".join(f"{TABLE2[w][(a, b)]:.2f}%" for w in sorted(TABLE2)) for b in SIGNS]
         lines.append(f"| {NAMES[a]} | " + " | ".join(cells) + " |")
+    lines += [""] + [f"- {tie_spread(w, ours[w])}" for w in sizes if len(ours[w].seeds) > 1]
     grouped = [w for w in sizes if ours[w].groups]
     if grouped:
         lines += ["", "Per layer group at the same step (percent of the group's own elements):", "",
@@ -239,7 +240,19 @@ def make(runs: list[Run], out: Path) -> Result:
     files = [out / "table2.md", write_csv(ours, out / "table2.csv"), write_group_csv(ours, out / "table2_groups.csv"),
              *heatmaps(ours, out)]
     notes = [f"{o.label} ({w} workers): {o.reading.text()}" for w, o in sorted(ours.items())]
+    notes += [tie_spread(w, o) for w, o in sorted(ours.items()) if len(o.seeds) > 1]
     return Result(files, checks(ours), notes)
+
+
+def tie_spread(workers: int, o: Ours) -> str:
+    """The tie rate over the seeds, and whether the paper's lies inside their range."""
+    values = [ties(t) for t in o.seeds]
+    paper = ties(TABLE2[workers]) if workers in TABLE2 else None
+    where = "" if paper is None else (f"; the paper's {paper:.1f}% lies " +
+                                      ("inside" if min(values) <= paper <= max(values) else "outside") +
+                                      " the seeds' range")
+    return (f"tie rate at {workers} workers over {len(values)} seeds: {cell(values, 2, '%')} (range "
+            f"{min(values):.2f}-{max(values):.2f}%){where}")
 
 
 def main(argv: list[str] | None = None) -> int:

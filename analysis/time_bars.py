@@ -33,14 +33,21 @@ COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "c
           "update": "#ccb974", "other": "#bbbbbb"}
 TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_sd_ms", "speedup_vs_lion32", "amdahl_limit", "overlap_limit",
                  "forward_overlap_limit")
-SAMPLE_COLUMNS = ("total", *PHASES)  # the columns of `samples`, in ms
-TOTAL, COMMUNICATE = SAMPLE_COLUMNS.index("total"), SAMPLE_COLUMNS.index("communicate")
+# The columns of `samples`, in ms: the step, its phases, and the paper's "Comm" (Fig. 10: "communication time and
+# quantization overheads"), i.e. quantize + communicate.
+SAMPLE_COLUMNS = ("total", *PHASES, "comm")
+TOTAL, COMMUNICATE, COMM = (SAMPLE_COLUMNS.index(c) for c in ("total", "communicate", "comm"))
+
+
+def _step_ms(row: dict) -> list[float]:
+    ms = {c: 1000 * float(row.get(f"time/{c}", 0.0) or 0.0) for c in ("total", *PHASES)}
+    return [*ms.values(), ms["quantize"] + ms["communicate"]]
 
 
 def samples(run: Run) -> list[np.ndarray]:
     """Every replica's timed steps (rows) x SAMPLE_COLUMNS, in milliseconds."""
-    return [np.array([[1000 * float(r.get(f"time/{c}", 0.0) or 0.0) for c in SAMPLE_COLUMNS]
-                      for r in timed_rows(rep)]) for rep in replicas_of(run)]
+    return [np.array([_step_ms(r) for r in timed_rows(rep)]).reshape(-1, len(SAMPLE_COLUMNS))
+            for rep in replicas_of(run)]
 
 
 def pooled_summary(run: Run) -> dict:
@@ -52,7 +59,7 @@ def pooled_summary(run: Run) -> dict:
     row["total_seed_sd_ms"] = round(stdev(float(s[:, TOTAL].mean()) for s in each), 2) if len(each) > 1 else None
     if len(each) > 1:
         steps = np.concatenate(each)
-        for i, c in enumerate(SAMPLE_COLUMNS):
+        for i, c in enumerate(("total", *PHASES)):
             row[f"{c}_ms"] = round(float(steps[:, i].mean()), 2)
         row["other_ms"] = round(row["total_ms"] - sum(row[f"{p}_ms"] for p in PHASES), 2)
         row["total_sd_ms"] = round(float(steps[:, TOTAL].std(ddof=1)), 2)
@@ -197,14 +204,15 @@ def _ratio(by: dict, a: str, b: str, column: int, side: str, what: str) -> timin
 def checks(rows: list[dict]) -> list[Check]:
     """Per group: communication time falls along the precision chain; Lion Cub 8/4-bit's step is shorter than
     Lion 32-bit's; an overlapped variant's step is shorter than its synchronous twin's; 1-bit communicates longer
-    than 4-bit. Each a ratio of mean times with its 95 % interval (analysis/timing_checks.py)."""
+    than 4-bit. Each a ratio of mean times with its 95 % interval (analysis/timing_checks.py); communication is the
+    paper's "Comm" of Fig. 10, quantize + communicate."""
     result = []
     for (net, params, procs), group in groups(rows).items():
         where = f"{net}, {params}M, {procs} ranks"
         by = {r["kind"]: r for r in group}
         chain = [k for k in PRECISION_CHAIN if k in by]
         claim = f"{where}: communication time falls with the precision ({' > '.join(chain)})"
-        result.append(timing_checks.check(claim, [_ratio(by, a, b, COMMUNICATE, "above", "communicate")
+        result.append(timing_checks.check(claim, [_ratio(by, a, b, COMM, "above", "comm")
                                                   for a, b in zip(chain, chain[1:])],
                                           "" if len(chain) > 1 else "needs two of " + ", ".join(PRECISION_CHAIN)))
         cubs = [k for k in ("cub8", "cub4") if k in by and "lion32" in by]
@@ -220,7 +228,7 @@ def checks(rows: list[dict]) -> list[Check]:
         if "cub1" in by and "cub4" in by:
             result.append(timing_checks.check(
                 f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack overhead, as the paper "
-                "found at 2 nodes)", [_ratio(by, "cub1", "cub4", COMMUNICATE, "above", "communicate")],
+                "found at 2 nodes)", [_ratio(by, "cub1", "cub4", COMM, "above", "comm")],
                 paper="1-bit longer at 2 nodes"))
     return result
 

@@ -164,22 +164,31 @@ def per_seed_text(check: dict) -> str:
     return head + "; ".join(parts)
 
 
+def shown_in(check: dict) -> str:
+    """`k of n` seeds; for a timing comparison decided on its pooled samples, its 95 % interval instead."""
+    if check.get("interval"):
+        lo, hi = check["interval"]
+        return f"pooled: 95% [{lo:.3g}, {hi:.3g}]"
+    return f"{check['shown_in']} of {check['decided']}"
+
+
 def reason(manifest: Manifest, check: dict) -> str:
     """Why a check is not shown (see the module docstring); empty for a shown one."""
     if check["verdict"] == SHOWN:
         return ""
+    found = manifest.reason(check["claim"])
+    measured = "" if found is None else f"{found['class']}: {found['reason']}" + (
+        f" (`{found['command']}`)" if found.get("command") else "")
     if check["verdict"] == NOISE:
         if check.get("interval"):
             lo, hi = check["interval"]
-            return f"noise: its 95 % interval {lo:.3g} to {hi:.3g} holds 1 (no difference)"
-        return f"noise: the seeds disagree (shown in {check['shown_in']} of {check['decided']})"
+            noise = f"noise: its 95 % interval {lo:.3g} to {hi:.3g} includes no difference"
+        else:
+            noise = f"noise: the seeds disagree (shown in {check['shown_in']} of {check['decided']})"
+        return noise + (f"; {measured}" if measured else "")
     if check["verdict"] == UNDECIDED:
         return "undecided: " + cell(check.get("measured", ""))
-    found = manifest.reason(check["claim"])
-    if found is None:
-        return "unexplained"
-    command = f" (`{found['command']}`)" if found.get("command") else ""
-    return f"{found['class']}: {found['reason']}{command}"
+    return measured or "unexplained"
 
 
 def checks_table(findings: dict) -> list[str]:
@@ -188,8 +197,7 @@ def checks_table(findings: dict) -> list[str]:
              "|---|---|---|---|---|---|"]
     for c in findings["checks"]:
         lines.append(f"| {cell(c['claim'])} | {cell(c.get('paper') or '-')} | {cell(per_seed_text(c))} | "
-                     f"{cell(c.get('spread_text') or '-')} | {c['shown_in']} of {c['decided']} | "
-                     f"{VERDICT[c['verdict']]} |")
+                     f"{cell(c.get('spread_text') or '-')} | {shown_in(c)} | {VERDICT[c['verdict']]} |")
     return lines
 
 
@@ -253,7 +261,7 @@ EVERY_CHECK = ["| figure | check | paper | laptop: mean (spread) | shown in | ve
 def check_rows(manifest: Manifest, findings: dict) -> list[str]:
     """The rows of one figure in the closing table (`EVERY_CHECK`)."""
     return [f"| {manifest.figure} | {cell(c['claim'])} | {cell(c.get('paper') or '-')} | "
-            f"{cell(c.get('spread_text') or '-')} | {c['shown_in']} of {c['decided']} | {VERDICT[c['verdict']]} | "
+            f"{cell(c.get('spread_text') or '-')} | {shown_in(c)} | {VERDICT[c['verdict']]} | "
             f"{cell(reason(manifest, c))} |" for c in findings.get("checks", [])]
 
 

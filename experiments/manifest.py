@@ -24,7 +24,8 @@ come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (
 so that manifests sharing a run share its folder; defaults do not apply to it, its own keys are added on top.
 A manifest may also say `spread:` (how many seeds its runs take and why: the index prints it) and `unshown:`, a
 list of `{claim, class, reason, command}`: for a check whose claim contains `claim` and that is not shown, the
-measured reason (class `scale` or `defect fixed`) and the command that measures it, for the index's table.
+measured reason (class `scale` or `defect fixed`) and the command that measures it, for the index's table (beside
+the noise of a check within noise, what a knob of the scale model shows).
 `load_manifest(..., seeds=N)` keeps each run's first N seeds (`make figures SEEDS=N`). A run whose `seeds` is
 empty runs once at the config's seed, and a seed listed twice runs once: both are said in `Manifest.warnings`
 (the index prints them), not refused.

@@ -60,7 +60,8 @@ def _draw(name: str, runs_root: str | Path, out: str | Path, sources: list | Non
         return manifest, None, f"{manifest.analysis} is not in this checkout ({exc})"
     try:
         runs = getattr(module, "load", load_runs)(sources)
-        return manifest, findings_payload(manifest.figure, draw_figure(module.make, runs, Path(out) / name)), ""
+        drawn = draw_figure(module.make, runs, Path(out) / name, figure=manifest.figure)
+        return manifest, findings_payload(manifest.figure, drawn), ""
     except (MissingRuns, FileNotFoundError) as exc:
         return manifest, None, f"cannot draw {manifest.figure}: {exc}"
 

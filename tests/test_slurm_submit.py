@@ -155,13 +155,15 @@ def test_missing_data_is_refused_where_this_machine_sees_it(tmp_path):
 
 def test_manifest_source_at_both_scales(tmp_path):
     """A figure's manifest (experiments/<name>.yaml) as the source: a shape the profile's nodes cannot hold is refused
-    naming the run and the way out; its laptop runs fit 2 local nodes of 2 processes."""
+    naming the run and the way out; its laptop runs (Fig. 4: the 4-worker statistics run at its 5 seeds) fit 2
+    local nodes of 2 processes, one array task per seed."""
     proc = submit("fig5", "--profile", "local", out=tmp_path / "out")
     assert proc.returncode == 2 and "gpt774m_stats_8w" in proc.stderr and "--nproc-per-node" in proc.stderr
-    proc = submit("fig5", "--scale", "laptop", "--profile", "local", "--nodes", "2", "--nproc-per-node", "2",
+    proc = submit("fig4", "--scale", "laptop", "--profile", "local", "--nodes", "2", "--nproc-per-node", "2",
                   "--dry-run", "--skip-data-check", out=tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
-    assert "RUNS=(gpt_stats_4w)" in proc.stdout and "stats.every=20" in proc.stdout
+    assert "RUNS=(" + " ".join(f"gpt_stats_4w-seed{s}" for s in range(1, 6)) + ")" in proc.stdout
+    assert "stats.every=20" in proc.stdout and "seed=5" in proc.stdout
     assert "nothing was submitted" in proc.stdout and not (tmp_path / "out").exists()
 
 
