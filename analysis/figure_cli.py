@@ -29,6 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis import seeds as seeding  # noqa: E402
+from analysis.bench_runs import BenchRun  # noqa: E402
 from analysis import verdicts  # noqa: E402
 from src.runlog.runs import Run, load_runs  # noqa: E402
 from src.utils import machine  # noqa: E402
@@ -116,10 +117,12 @@ def machine_of(run) -> str:
         if str(ranks[0].get("device", "")).startswith("cuda"):
             return f"{ranks[0].get('device_name', 'GPU')} (CUDA), {len(ranks)} rank(s)"
         threads = ",".join(map(str, run.provenance.get("threads_per_rank") or [])) or "?"
-    else:
+    elif isinstance(run, BenchRun):
         row = run.rows[0] if run.rows else {}
         info = {k: row.get(k) for k in ("cpu_model", "cpu_isa", "cores")}
         threads = row.get("threads_per_rank", "?")
+    else:
+        raise TypeError(f"no machine is recorded for a {type(run).__name__}: give training runs or comm.csv files")
     if not info.get("cpu_model"):
         return "machine not recorded"
     return machine.label(info, threads)

@@ -23,24 +23,27 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from src.runlog.runs import PLACE_KEYS, flat_config
+from analysis.bench_runs import BenchRun
+from src.runlog.runs import PLACE_KEYS, Run, flat_config
 
 MEASURED_KEYS = ("network.alpha", "network.beta")  # the machine's calibration, not what the run did
 
 
-def seed_of(run) -> int | None:
+def seed_of(run: Run | BenchRun) -> int | None:
     """The run's seed: its config's `seed`, or a benchmark file's `seed` column."""
-    value = run.seed if hasattr(run, "seed") else (run.config or {}).get("seed")
-    return None if value in (None, "") else int(value)
+    return run.seed
 
 
-def configuration(run) -> str:
+def configuration(run: Run | BenchRun) -> str:
     """What a run ran, without its seed: equal for the replicas of one configuration."""
-    if hasattr(run, "configuration"):
+    if isinstance(run, BenchRun):
         return run.configuration
-    flat = flat_config(run.config or {})
-    kept = {k: v for k, v in flat.items() if k != "seed" and not k.startswith(PLACE_KEYS) and k not in MEASURED_KEYS}
-    return json.dumps(kept, sort_keys=True, default=str)
+    if isinstance(run, Run):
+        flat = flat_config(run.config or {})
+        kept = {k: v for k, v in flat.items()
+                if k != "seed" and not k.startswith(PLACE_KEYS) and k not in MEASURED_KEYS}
+        return json.dumps(kept, sort_keys=True, default=str)
+    raise TypeError(f"{type(run).__name__} is neither a training run nor a benchmark file")
 
 
 def replicas_of(run) -> list:

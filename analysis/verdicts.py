@@ -8,12 +8,13 @@ A check (analysis/figure_cli.py `Check`) is one finding of the paper tested on m
 - **within noise**: the seeds disagree, or, for a timing comparison, the 95 % interval includes "no difference";
 - **undecided**: no seed's runs could decide it (missing runs or keys; the measured text says which).
 
-A timing comparison ("cub4's step is shorter than Lion 32-bit's", Fig. 2, Table 1, Fig. 10, Fig. 11, Table A.1) is
-decided on the pooled samples of every repeat: a ratio of mean times with a 95 % percentile interval from a
+A timing comparison ("cub4's step is shorter than Lion 32-bit's": Fig. 2, Table 1, Fig. 10, Fig. 11, Fig. 12's cost
+of synchronizing, Table A.1) is decided on the pooled samples of every repeat: a ratio of mean times with a 95 % percentile interval from a
 two-level bootstrap (`bootstrap`: the repeats are resampled, then the timed steps within each chosen repeat, with
 their phases kept together; 2000 resamples from a fixed generator, so the same files give the same interval). Its
 interval lying wholly on the finding's side of 1 shows it, wholly on the other side does not, and an interval that
-holds 1 is within noise, whatever the point estimate says. `steps_to_resolve` says how many timed steps per variant
+holds 1 is within noise, whatever the point estimate says (a share of a step, Table A.1's, is read against its
+threshold, 50 %, in the same way). `steps_to_resolve` says how many timed steps per variant
 such a comparison would need at the measured spread.
 
 The spread of a check over seeds is the number it compares (`Check.value`) per seed, its mean and, from 4 seeds,
@@ -37,8 +38,8 @@ SD_FROM = 4  # seeds from which the spread is a standard deviation (below: the r
 RULE = ("A check is **shown** when it holds in every seed that decided it, **not shown** when it holds in none, "
         "and **within noise** when the seeds disagree. A timing comparison is decided on the pooled timed steps "
         "of all repeats: the ratio of the mean times with a 95 % interval (two-level bootstrap over repeats and "
-        "steps, 2000 resamples); an interval on the finding's side of 1 shows it, on the other side it is not "
-        "shown, and an interval that includes 1 (no difference) is **within noise**. Spread: mean and standard "
+        "steps, 2000 resamples); an interval on the finding's side of 1 (of the threshold, for a share) shows it, "
+        "on the other side it is not shown, and an interval that includes 1 (no difference) is **within noise**. Spread: mean and standard "
         "deviation over 4 or more seeds, mean and range (min-max) below 4. One seed gives a single run's verdict, "
         "marked 1 of 1.")
 

@@ -188,7 +188,9 @@ def reason(manifest: Manifest, check: dict) -> str:
         return noise + (f"; {measured}" if measured else "")
     if check["verdict"] == UNDECIDED:
         return "undecided: " + cell(check.get("measured", ""))
-    return measured or "unexplained"
+    if check["verdict"] == NOT_SHOWN:
+        return measured or "unexplained"
+    raise ValueError(f"unknown verdict {check['verdict']!r} in findings.json; known: {', '.join(VERDICTS)}")
 
 
 def checks_table(findings: dict) -> list[str]:
