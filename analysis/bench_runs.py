@@ -80,6 +80,22 @@ def row_samples(runs: list[BenchRun], row: dict, column: str = "communicate_samp
     return samples(owner, row, column)
 
 
+def call_times(runs: list[BenchRun], row: dict) -> tuple[int, float, float | None]:
+    """How many timed calls `row`'s case and size has over every repeat, their median and their standard deviation
+    (None for one call), in seconds."""
+    calls = np.concatenate(row_samples(runs, row))[:, 0]
+    return len(calls), float(np.median(calls)), float(calls.std(ddof=1)) if len(calls) > 1 else None
+
+
+def link_bytes_text(rows: list[dict]) -> str:
+    """`busiest host link sent ps_naive 6.01 MB, ...`: what the busiest host's link really sent per call in each of
+    `rows` (the benchmark's `link_bytes`); empty where none was measured (off the emulator)."""
+    sent = {r["case"]: r.get("link_bytes") for r in rows}
+    if not any(sent.values()):
+        return ""
+    return "busiest host link sent " + ", ".join(f"{c} {v / 1e6:.2f} MB" for c, v in sent.items() if v)
+
+
 def samples(run: BenchRun, row: dict, column: str = "communicate_samples_s") -> list[np.ndarray]:
     """Every repeat's timed calls of `column` (seconds) at `row`'s rate, case and size: one array per repeat of
     `run` (its replicas), each [calls, 1]; the median column where a file has no samples."""

@@ -26,7 +26,8 @@ import numpy as np  # noqa: E402
 
 from analysis import timing_checks  # noqa: E402
 from analysis.bands import record  # noqa: E402
-from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench, row_samples  # noqa: E402
+from analysis.bench_runs import (BenchRun, all_rows, by_rate, call_times, link_bytes_text, load_bench,  # noqa: E402
+                                 row_samples)
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
@@ -56,12 +57,12 @@ def measured_panel(ax, rate: str, rows: list[dict], runs: list[BenchRun]) -> Non
         mine = sorted((r for r in rows if r["case"] == CASE_OF[algorithm]), key=lambda r: r["numel"])
         if not mine:
             continue
-        calls = [np.concatenate(row_samples(runs, r))[:, 0] for r in mine]
-        median, sd = [float(np.median(c)) for c in calls], [float(c.std(ddof=1)) if len(c) > 1 else 0.0 for c in calls]
+        calls, median, sd = zip(*(call_times(runs, r) for r in mine))
+        sd = [v or 0.0 for v in sd]
         ax.errorbar([r["numel"] for r in mine], median, yerr=sd, fmt="o", color=COLORS[algorithm], capsize=2,
                     label=f"{label} ({mine[0]['case']})")
         record(ax.figure, {"label": f"{mine[0]['case']}, rate {rate}", "axes": rate, "x": [r["numel"] for r in mine],
-                           "mean": median, "sd": sd, "n": [len(c) for c in calls],
+                           "mean": list(median), "sd": sd, "n": list(calls),
                            "band": "±1 sd of the timed calls (the points: their median)"})
         ax.plot([r["numel"] for r in mine], [alpha * terms(r)[0] + beta * terms(r)[1] for r in mine], "-",
                 color=COLORS[algorithm], alpha=0.7)
@@ -100,12 +101,10 @@ def checks(rates: dict[str, list[dict]], runs: list[BenchRun]) -> list[Check]:
                                               "faster than the 1-bit allreduce",
                                               [faster(runs, rows, "cub4", "cub1", small)], paper="direct faster"))
         if all(have(c, big) for c in CASE_OF.values()):
-            sent = {c: row_of(rows, c, big).get("link_bytes") for c in CASE_OF.values()}
             result.append(timing_checks.check(
                 f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
                 [faster(runs, rows, c, "ps_naive", big) for c in CASE_OF.values() if c != "ps_naive"],
-                "busiest host link sent " + ", ".join(f"{c} {v / 1e6:.2f} MB" for c, v in sent.items() if v)
-                if any(sent.values()) else "", paper="naive PS slowest"))
+                link_bytes_text([row_of(rows, c, big) for c in CASE_OF.values()]), paper="naive PS slowest"))
     if not result:
         result.append(Check("Measured regimes follow Fig. 2", "no benchmark on a rate-limited link", None))
     return result

@@ -25,11 +25,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-import numpy as np  # noqa: E402
-
 from analysis import timing_checks  # noqa: E402
 from analysis.bands import record  # noqa: E402
-from analysis.bench_runs import BenchRun, all_rows, by_rate, load_bench, row_samples  # noqa: E402
+from analysis.bench_runs import (BenchRun, all_rows, by_rate, call_times, link_bytes_text, load_bench,  # noqa: E402
+                                 row_samples)
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
 from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
@@ -51,14 +50,13 @@ def table(rows: list[dict], runs: list[BenchRun]) -> list[dict]:
             if row is None:
                 continue
             l_, b_ = terms(row)
-            calls = 1e3 * np.concatenate(row_samples(runs, row))[:, 0]
+            calls, median, sd = call_times(runs, row)
             out.append({"rate": rate, "row": name, "latency": lat, "bandwidth": bw, "case": row["case"],
                         "P": row["world_size"], "N": numel, "model_bits_per_element": round(b_ / numel, 3),
                         "fitted_alpha_s": alpha, "fitted_beta_s_per_bit": beta,
                         "model_ms": round(1e3 * (alpha * l_ + beta * b_), 3),
-                        "measured_ms": round(float(np.median(calls)), 3),
-                        "measured_sd_ms": round(float(calls.std(ddof=1)), 3) if len(calls) > 1 else None,
-                        "calls": len(calls), "bench": row})
+                        "measured_ms": round(1e3 * median, 3),
+                        "measured_sd_ms": None if sd is None else round(1e3 * sd, 3), "calls": calls, "bench": row})
     return out
 
 
@@ -97,14 +95,6 @@ def draw(rows: list[dict], out: Path) -> list[Path]:
     return save(fig, out, "table1")
 
 
-def link_bytes(mine: dict[str, dict]) -> str:
-    """What the busiest host's link really sent per call (`link_bytes` of the benchmark; empty off the emulator)."""
-    sent = {c: r["bench"].get("link_bytes") for c, r in mine.items()}
-    if not any(sent.values()):
-        return "link bytes not measured"
-    return "busiest host link sent " + ", ".join(f"{c} {v / 1e6:.2f} MB" for c, v in sent.items() if v)
-
-
 def checks(rows: list[dict], runs: list[BenchRun]) -> list[Check]:
     result = []
     for rate in dict.fromkeys(r["rate"] for r in rows if r["rate"] != "none"):
@@ -116,7 +106,8 @@ def checks(rows: list[dict], runs: list[BenchRun]) -> list[Check]:
                  for a, b in zip(model, model[1:])]
         result.append(timing_checks.check(f"rate {rate}: the measured order of the four implementations is Table 1's",
                                           pairs, f"model {' < '.join(model)}; measured medians "
-                                                 f"{' < '.join(measured)}; " + link_bytes(mine),
+                                                 f"{' < '.join(measured)}; " + (link_bytes_text(
+                                                     [r["bench"] for r in mine.values()]) or "link bytes not measured"),
                                           paper=" < ".join(model)))
         one = CASE_OF["onebit"]
         result.append(timing_checks.check(f"rate {rate}: the 1-bit compressed allreduce is the fastest in the "

@@ -35,12 +35,13 @@ TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_sd_ms", "speedup_vs_lion32", "
                  "forward_overlap_limit")
 # The columns of `samples`, in ms: the step, its phases, and the paper's "Comm" (Fig. 10: "communication time and
 # quantization overheads"), i.e. quantize + communicate.
-SAMPLE_COLUMNS = ("total", *PHASES, "comm")
+TIMED = ("total", *PHASES)  # what each timed step logs as `time/<column>`
+SAMPLE_COLUMNS = (*TIMED, "comm")
 TOTAL, COMMUNICATE, COMM = (SAMPLE_COLUMNS.index(c) for c in ("total", "communicate", "comm"))
 
 
 def _step_ms(row: dict) -> list[float]:
-    ms = {c: 1000 * float(row.get(f"time/{c}", 0.0) or 0.0) for c in ("total", *PHASES)}
+    ms = {c: 1000 * float(row.get(f"time/{c}", 0.0) or 0.0) for c in TIMED}
     return [*ms.values(), ms["quantize"] + ms["communicate"]]
 
 
@@ -59,7 +60,7 @@ def pooled_summary(run: Run) -> dict:
     row["total_seed_sd_ms"] = round(stdev(float(s[:, TOTAL].mean()) for s in each), 2) if len(each) > 1 else None
     if len(each) > 1:
         steps = np.concatenate(each)
-        for i, c in enumerate(("total", *PHASES)):
+        for i, c in enumerate(TIMED):
             row[f"{c}_ms"] = round(float(steps[:, i].mean()), 2)
         row["other_ms"] = round(row["total_ms"] - sum(row[f"{p}_ms"] for p in PHASES), 2)
         row["total_sd_ms"] = round(float(steps[:, TOTAL].std(ddof=1)), 2)
