@@ -49,7 +49,8 @@ def test_make_figures_on_a_subset(demo_tokens, tmp_path):
     assert all((p / "summary.json").is_file() for p in folders)
     index = (out / "index.md").read_text()
     assert "## Fig. 3: 1-bit allreduces (tiny test)" in index and "![Fig. 3](tiny_fig3/fig3.png)" in index
-    assert "The naive implementation diverges." in index and "| paper's finding | measured here | verdict |" in index
+    assert "> **Manifest's caption.** The naive implementation diverges." in index
+    assert "| paper's finding | paper | measured here | mean (spread) | shown in | verdict |" in index
     findings = json.loads((out / "tiny_fig3" / "findings.json").read_text())
     assert {r["label"] for r in findings["runs"]} == {"naive", "alternating"}
     assert (out / "tiny_fig3" / "fig3.pdf").is_file()
@@ -71,4 +72,5 @@ def test_make_figures_fig3_laptop_manifest(tmp_path):
                         timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     findings = json.loads((tmp_path / "figures" / "fig3" / "findings.json").read_text())
-    assert len(findings["runs"]) == 5 and len(findings["checks"]) == 3
+    assert len(findings["runs"]) == 15 and findings["seeds"] == [1, 2, 3]   # 5 configurations at 3 seeds
+    assert len(findings["checks"]) == 3 and all(c["decided"] + len(c["missing"]) == 3 for c in findings["checks"])
