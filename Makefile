@@ -70,7 +70,7 @@ notebook: install  ## run notebooks/figures.ipynb (verdicts, DataFrames, every f
 
 .PHONY: table-a1-baselines
 table-a1-baselines: install  ## as table-a1 for Lion 32-bit, Lion Cub 4-bit and the baselines (DDP, AdamW, 1-bit Adam, BitDP, D-Lion)
-	$(PYTHON) -m experiments.table_a1 --out results/table_a1_baselines --variants lion32 cub4 --with-baselines
+	$(PYTHON) -m experiments.table_a1 --out results/table_a1_baselines --variants lion32 ddp_lion cub4 --with-baselines
 
 .PHONY: baselines
 baselines: install  ## loss vs step/time and bytes per step: Lion 32-bit, Lion Cub 4-bit, 1-bit Adam, BitDP 2-bit, DDP AdamW (emulated 1 Gbit/s, root)

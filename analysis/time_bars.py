@@ -2,8 +2,9 @@
 Table A.1 rows of runs with the speedup over Lion (32bit) and its limits, the groups they compare within, the checks
 on them, the stacked bars and the table files.
 
-Rows come from src/runlog/timing_table.py (`timing_summary`); each gets `kind` (the variant's name, with `+overlap`
-when `variant.overlap` is on) and is drawn and tabled under `label` (`Run.label`, told apart where runs share one).
+Rows come from src/runlog/timing_table.py (`timing_summary`); each gets `kind` (the variant's name, with `+overlap`,
+`+overlap_backward` or `+overlap_both` after `variant.overlap`: src/optim/overlap.py `label_suffix`) and is drawn
+and tabled under `label` (`Run.label`, told apart where runs share one).
 A run with replicas at several seeds (analysis/seeds.py: here they are repeats of the same timing) gets the means
 over every replica's timed steps, `repeats`, and `total_seed_sd_ms` (the standard deviation of the repeats' mean
 step times: the bars' error bars); `samples` keeps every repeat's timed steps (ms: total and each phase) for the
@@ -22,6 +23,7 @@ from analysis import timing_checks
 from analysis.bands import record
 from analysis.figure_cli import Check, need, save
 from analysis.seeds import replicas_of
+from src.optim.overlap import label_suffix
 from src.runlog.runs import Run, distinguish, load_run
 from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown
 
@@ -32,7 +34,7 @@ PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}
 TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_sd_ms", "speedup_vs_lion32", "amdahl_limit", "overlap_limit",
-                 "forward_overlap_limit")
+                 "forward_overlap_limit", "vs_sync", "hit_rate", "wire_behind_backward_ms", "redo_ms")
 # The columns of `samples`, in ms: the step, its phases, and the paper's "Comm" (Fig. 10: "communication time and
 # quantization overheads"), i.e. quantize + communicate.
 TIMED = ("total", *PHASES)  # what each timed step logs as `time/<column>`
@@ -96,9 +98,9 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     for run in runs:
         row = pooled_summary(run)
         row["network"] = network_label(run, row)
-        overlap = bool((run.config.get("variant") or {}).get("overlap"))
-        row["kind"] = row["variant"] + ("+overlap" if overlap else "")  # bars and rows are named by row["label"]
-        row["wire_bytes"] = wire_bytes(run)
+        row["kind"] = row["variant"] + label_suffix((run.config.get("variant") or {}).get("overlap"))
+        row["wire_bytes"] = wire_bytes(run)  # bars and rows are named by row["label"]
+        row.update(speculation(run))
         rows.append(row)
     label_within(runs, rows, group_key)
     order = {v: i for i, v in enumerate(VARIANT_ORDER)}
@@ -106,11 +108,26 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     rows.sort(key=lambda r: (nets[r["network"]], r["params_M"] or 0, r["procs"],
                              order.get(r["kind"].split("+")[0], len(order)), r["kind"]))
     base = {group_key(r): r for r in rows if r["kind"] == "lion32"}
+    sync = {(group_key(r), r["kind"]): r for r in rows}
     for r in rows:
         b = base.get(group_key(r))
         r["speedup_vs_lion32"] = round(b["total_ms"] / r["total_ms"], 2) if b else None
+        twin = sync.get((group_key(r), r["kind"].split("+")[0]))
+        r["vs_sync"] = round(r["total_ms"] / twin["total_ms"], 3) if twin and twin is not r else None
     add_limits(rows, base)
     return rows
+
+
+def speculation(run: Run) -> dict:
+    """A speculative run's hit rate (summary.json) and the mean ms per timed step of the wire that ran behind
+    backward and of the redo of missed speculations (src/engine/step_stats.py); None where the run has none."""
+    rows = timed_rows(run)
+    rate = (run.summary or {}).get("overlap_hit_rate")
+    out = {"hit_rate": round(rate, 3) if rate is not None else None}
+    for key in ("wire_behind_backward", "redo"):
+        values = [float(r.get(f"time/{key}", 0.0) or 0.0) for r in rows]
+        out[f"{key}_ms"] = round(1000 * sum(values) / len(values), 2) if rate is not None and values else None
+    return out
 
 
 def label_within(runs: list[Run], rows: list[dict], panel) -> None:
@@ -220,7 +237,7 @@ def checks(rows: list[dict]) -> list[Check]:
         result.append(timing_checks.check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
                                           [_ratio(by, "lion32", k, TOTAL, "above", "step") for k in cubs],
                                           "" if cubs else "no lion32 baseline", paper="up to 5.1x (Ethernet)"))
-        for kind in [k for k in by if k.endswith("+overlap")]:
+        for kind in [k for k in by if "+overlap" in k]:
             sync = kind.split("+")[0]
             if sync in by:
                 result.append(timing_checks.check(

@@ -82,3 +82,19 @@ def test_lion_keeps_its_flat_gradient_buffer(dist, variant, kept, peak):
     """Lion 32/16-bit keeps one flat gradient buffer in the communication dtype; the update vector comes and goes."""
     row = dist(1, measure, variant, gpt(1, 64, torch.device("cpu")))[0]
     assert (row["kept_bytes_per_param"], row["peak_bytes_per_param"]) == (kept, peak)
+
+
+def _overlap_rows() -> list[dict]:
+    model = gpt(2, 256, torch.device("cpu"))  # 13.9M parameters: 7 chunks
+    return [measure("cub4", model, overlap) for overlap in (False, "forward", "backward", "both")]
+
+
+def test_overlapped_steps_keep_the_wire_words_of_every_chunk(dist):
+    """With overlap (forward, backward: launched from gradient hooks during a real backward pass, or both) every
+    chunk's 4-bit wire words stay allocated (1 MiB per chunk of 2^21 elements) where the synchronous step keeps two
+    slots; the speculation keeps nothing else."""
+    sync, *overlapped = dist(1, _overlap_rows)[0]
+    extra = (sync["chunks"] - 2) * 2**21 // 2
+    assert sync["chunks"] >= 4
+    for row in overlapped:
+        assert row["kept_bytes"] - sync["kept_bytes"] == extra, (row, sync)

@@ -1,6 +1,7 @@
 """Optimizer memory per parameter, kept between steps and at the peak of a step (Lion Cub, Appendix A.1, Fig. A.1).
 
-    python -m src.bench.memory [--layers 7] [--embd 512] [--variants lion32 cub4 ...] [--device cpu] [--out FILE]
+    python -m src.bench.memory [--layers 7] [--embd 512] [--variants lion32 cub4 ...] [--overlaps false backward ...]
+                               [--device cpu] [--out FILE]
 
 For every variant (conf/variant/*.yaml), one process with a one-rank process group steps the optimizer of a
 GPT-2++ (default: 7 layers, width 512, 1024 positions, GPT-2 vocabulary: 48.7M parameters) whose gradients are
@@ -10,7 +11,12 @@ inside `step()` is followed from its allocation until its last tensor dies (a To
 - kept: bytes the optimizer holds between steps (workspaces, reducer state), after its second step;
 - peak: the most bytes it held at once during the second step, kept bytes included;
 
-both beyond parameters, gradients and momentum (`exp_avg`, which every Lion variant keeps), and divided by the
+With `--overlaps` the Lion Cub variants are also measured with `variant.overlap` forward, backward or both (rows
+`cub4+backward`, ...): there the gradients arrive through a backward pass (an autograd function that hands the set
+gradients to autograd, which adds them into the zeroed `.grad` in place: no allocation of its own), so the
+speculative step's buckets are encoded and launched from its gradient hooks, and every chunk's wire words stay
+allocated while the step is in flight. Both numbers are
+beyond parameters, gradients and momentum (`exp_avg`, which every Lion variant keeps), and divided by the
 number of parameters. The numbers are exact for what goes through torch's allocator and independent of the machine's
 load (each row still names the machine: CPU model, torch ISA, cores, threads); allocations outside torch (numpy's
 packbits in the 1-bit CPU path) are not seen, and the world size is 1 (buffers that scale with it, e.g. a parameter
@@ -34,6 +40,7 @@ from tqdm import tqdm
 
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
+from src.optim.overlap import label_suffix, overlap_mode
 from src.utils import machine
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
@@ -83,19 +90,45 @@ def gpt(layers: int, embd: int, device: torch.device) -> torch.nn.Module:
         return build_gpt(None, n_layer=layers, n_embd=embd, n_head=max(1, embd // 64))  # 124M vocabulary and block
 
 
-def measure(variant: str, model: torch.nn.Module) -> dict:
-    """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant."""
+class _GivenGradients(torch.autograd.Function):
+    """A backward pass that hands autograd the gradients already set (no allocation): the gradient hooks fire."""
+
+    @staticmethod
+    def forward(ctx, grads, *params):
+        ctx.grads = grads
+        return params[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        return (None, *ctx.grads)
+
+
+def measure(variant: str, model: torch.nn.Module, overlap=False) -> dict:
+    """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant (and overlap)."""
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{variant}.yaml"))
+    if overlap_mode(overlap) != (False, False):
+        cfg["overlap"] = overlap
     params = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator(device=params[0].device).manual_seed(0)
-    for p in params:
-        p.grad = torch.randn(p.shape, generator=generator, device=p.device)
+    grads = [torch.randn(p.shape, generator=generator, device=p.device) for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
     optimizer = build_optimizer(model, cfg, lr=1e-4, betas=(0.9, 0.99), weight_decay=0.1)
     tracker = StorageTracker()
-    with tracker:
-        optimizer.step()  # first step: momentum and workspaces are made
-        tracker.reset_peak()
-        optimizer.step()
+
+    def step() -> None:
+        if optimizer.speculates():
+            optimizer.zero_grad(set_to_none=False)
+            loss = _GivenGradients.apply(grads, *params)
+            with tracker:
+                loss.backward()
+            optimizer.resolve_speculation(True)
+        with tracker:
+            optimizer.step()
+
+    step()  # first step: momentum and workspaces are made
+    tracker.reset_peak()
+    step()
     storages = {}  # the fused steps' momenta are views of one flat buffer: count each storage once
     for p in params:
         storage = optimizer.state[p]["exp_avg"].untyped_storage()
@@ -103,9 +136,19 @@ def measure(variant: str, model: torch.nn.Module) -> dict:
     momentum = sum(storages.values())
     n = sum(p.numel() for p in params)
     kept, peak = tracker.current - momentum, tracker.peak - momentum
+    optimizer.settle()
+    optimizer.remove_hooks()
+    chunks = len(optimizer.plan.chunks) if hasattr(optimizer, "plan") else None
     del optimizer
-    return {"variant": variant, "parameters": n, "kept_bytes": kept, "peak_bytes": peak,
+    for p in params:
+        p.grad = None
+    name = variant + label_suffix(overlap)
+    return {"variant": name, "parameters": n, "chunks": chunks, "kept_bytes": kept, "peak_bytes": peak,
             "kept_bytes_per_param": round(kept / n, 2), "peak_bytes_per_param": round(peak / n, 2)}
+
+
+def _is_lion_cub(variant: str) -> bool:
+    return OmegaConf.load(CONF / f"{variant}.yaml").get("optimizer") == "lion_cub"
 
 
 def _one_rank_group() -> None:
@@ -126,12 +169,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=7)
     parser.add_argument("--embd", type=int, default=512)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--overlaps", nargs="+", default=["false"], choices=["false", "forward", "backward", "both"],
+                        help="variant.overlap of the Lion Cub variants (a row for each)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     _one_rank_group()
     model = gpt(args.layers, args.embd, torch.device(args.device))
-    rows = [measure(v, model) for v in tqdm(args.variants, desc="variants", unit="variant")]
+    cases = [(v, False if o == "false" else o) for v in args.variants for o in args.overlaps
+             if o == "false" or _is_lion_cub(v)]
+    rows = [measure(v, model, o) for v, o in tqdm(cases, desc="variants", unit="variant")]
     where = machine.label() if args.device == "cpu" else f"{args.device} beside {machine.label()}"
     rows = [{**r, "machine": where} for r in rows]
     print(f"optimizer memory beyond parameters, gradients and momentum ({rows[0]['parameters'] / 1e6:.1f}M "

@@ -43,6 +43,8 @@ from typing import Callable
 
 import torch
 
+from src.optim.overlap import overlap_mode
+
 from src.errors import SetupError
 from src.utils.adjustment import Adjustment
 
@@ -85,9 +87,9 @@ def choose(requested: bool | str, device: torch.device, overlap: bool | None,
         return CompileChoice(requested, bool(requested), "as configured")
     if device.type != "cuda":
         return CompileChoice(AUTO, False, f"off on {device.type.upper()}: compiling takes longer than a run here gains")
-    if overlap:
-        return CompileChoice(AUTO, False, "variant.overlap=true finishes the optimizer step from forward hooks, "
-                                          "which a compiled forward cannot run")
+    if _forward_overlap(overlap):
+        return CompileChoice(AUTO, False, f"variant.overlap={str(overlap).lower()} finishes the optimizer step "
+                                          "from forward hooks, which a compiled forward cannot run")
     reason = unsupported(device)
     if reason is not None:
         return CompileChoice(AUTO, False, reason)
@@ -96,10 +98,16 @@ def choose(requested: bool | str, device: torch.device, overlap: bool | None,
 
 def check_compile(requested: bool | str, overlap: bool | None) -> None:
     """SetupError for a combination that cannot run (before anything starts)."""
-    if requested is True and overlap:
-        raise SetupError("train.compile=true does not combine with variant.overlap=true (torch.compile would trace "
-                         "the overlap's forward hooks into the optimizer): set train.compile=auto or false, or "
-                         "variant.overlap=false")
+    if requested is True and _forward_overlap(overlap):
+        raise SetupError(f"train.compile=true does not combine with variant.overlap={str(overlap).lower()} "
+                         "(torch.compile would trace the overlap's forward hooks into the optimizer): set "
+                         "train.compile=auto or false, or variant.overlap=false or backward")
+
+
+def _forward_overlap(overlap) -> bool:
+    """Whether `variant.overlap` applies directions from forward hooks (forward, both; backward uses gradient
+    hooks, which run outside the compiled graph)."""
+    return overlap is not None and overlap_mode(overlap)[0]
 
 
 def forward_hooks(module: torch.nn.Module) -> list[str]:

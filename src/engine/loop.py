@@ -34,9 +34,12 @@ Deliberate difference: the training loss is rank 0's, not averaged over ranks, s
 the timed step (the paper's curves are validation loss, which is averaged). Gradients are clipped per rank before
 the optimizer communicates; for Lion (32/16bit) the paper does not say whether clipping precedes the allreduce.
 
-Overlap (`variant.overlap=true`, src/optim/overlap.py): `optimizer.step()` returns with its collectives in flight
-and the next forward pass applies them; the loop settles the step first wherever the parameters are read outside a
-forward pass (evaluation, the replica guard, checkpoints, an injected perturbation, the last step).
+Overlap (`variant.overlap=true` or `forward`, src/optim/overlap.py): `optimizer.step()` returns with its collectives
+in flight and the next forward pass applies them; the loop settles the step first wherever the parameters are read
+outside a forward pass (evaluation, the replica guard, checkpoints, an injected perturbation, the last step).
+With `backward` or `both` (src/optim/speculation.py) the optimizer launches its buckets during backward as if no rank
+clipped; each rank's "not clipped" flag (and the chunks it launched) joins the non-finite vote, and the verdict goes to
+`optimizer.resolve_speculation` before `step()`. The row's `overlap_hit` (1 or 0) says whether it held.
 
 GPU path: one host synchronisation per step. The non-finite vote (`StepHooks.step_ok`) must reach the host before
 `optimizer.step()`, and its one transfer also brings the loss and gradient norm of the row; nothing else in a step
@@ -106,15 +109,33 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
         hooks.after_backward()
         with timer.phase("clip"):
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
-            verdict = hooks.step_ok(loss, norm)  # the step's one host synchronisation, loss and norm included
+            held, launched = speculation_flag(optimizer, norm, clip, loss.device)
+            verdict = hooks.step_ok(loss, norm, held, launched)  # the step's one host synchronisation
+        optimizer.resolve_speculation(verdict.held, verdict.launched)  # a skipped step drops it in zero_grad
+        hit = {}
         if verdict:
             stats.before_step()
             optimizer.step()
             stats.after_step()
             if settle():
                 optimizer.settle()
+            hit = {} if optimizer.overlap_hit is None else {"overlap_hit": int(optimizer.overlap_hit)}
         optimizer.zero_grad(set_to_none=True)
-    return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **stats.pop()}
+    return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **hit, **stats.pop()}
+
+
+def speculation_flag(optimizer, norm: torch.Tensor | None, clip: float | None, device: torch.device):
+    """This rank's vote on the optimizer's speculation (src/optim/speculation.py) and the chunks it launched, or
+    (None, 0) when nothing was speculated. The vote, a 0-dim bool tensor, is true when clipping left the gradients as
+    backward made them (torch's coefficient clip / (norm + 1e-6) clamped to 1: exactly 1 multiplies by 1.0) and the
+    optimizer's own check agrees."""
+    speculation = optimizer.speculation_vote()
+    if speculation is None:
+        return None, 0
+    local, launched = speculation
+    if norm is None:
+        return torch.full((), bool(local), dtype=torch.bool, device=device), launched
+    return (clip / (norm + 1e-6) >= 1.0) & bool(local), launched
 
 
 def _log(rows: list[dict], result: LoopResult, sinks: Sinks, warmup_steps: int) -> None:

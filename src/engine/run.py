@@ -329,7 +329,11 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
                                        recorded(optimizer.adjustments()))
-    return StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps, progress, stop)
+    hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
+                      progress, stop)
+    if optimizer.speculates():  # its buckets are queued on the default group when the vote runs
+        hooks.separate_vote()
+    return hooks
 
 
 def _timing(run_dir: Path) -> dict:
@@ -445,6 +449,10 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             summary["kernels"] = kernels
         if optimizer.reducer_choice is not None:
             summary["reducer_auto"] = optimizer.reducer_choice.record()
+        overlap = optimizer.overlap_record()
+        if overlap is not None:
+            summary["overlap"] = overlap
+            summary["overlap_hit_rate"] = overlap["hit_rate"]
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)

@@ -17,6 +17,12 @@ the process's total.
 
 With overlap (src/optim/overlap.py), the work an optimizer step leaves to the next forward pass is timed in the
 optimizer's phases and under `overlapped`; `timing_row` takes it out of `time/forward`, so no second counts twice.
+A speculative step (src/optim/speculation.py) encodes and launches buckets inside backward: that work is timed in
+the optimizer's phases and under `overlapped_backward`, taken out of `time/backward`. Two more keys say where the
+wire went and add nothing to the sum: `time/wire_behind_backward` (from the first bucket's launch to the end of
+backward: how long the wire ran behind it, an upper bound where the wire finished sooner; the `communicate` wait
+after it is what the wire still cost) and `time/redo` (a missed speculation's second reduction, whose parts are also
+in quantize, communicate and update).
 
 Deliberate difference from Table A.1: the paper's "Update Step" column includes quantization; here `quantize` is
 its own column (see src/utils/timing.py) and the summary adds the two where it mimics the paper's grouping.
@@ -27,6 +33,7 @@ import psutil
 import torch
 
 from src.optim.lion_cub import OVERLAPPED
+from src.optim.speculation import BACKWARD_OVERLAPPED
 from src.runlog.timing_table import PHASES
 from src.utils.timing import Spans
 
@@ -38,10 +45,12 @@ def timing_row(loop_times: dict[str, float], optimizer_times: dict[str, float], 
     merged: dict[str, float] = {name: 0.0 for name in (*LOOP_PHASES, *PHASES)}
     optimizer_times = dict(optimizer_times)
     overlapped = optimizer_times.pop(OVERLAPPED, 0.0)  # an overlapped step's work inside this forward pass
+    in_backward = optimizer_times.pop(BACKWARD_OVERLAPPED, 0.0)  # a speculative step's encodes inside backward
     for times in (loop_times, optimizer_times):
         for name, seconds in times.items():
             merged[name] = merged.get(name, 0.0) + seconds
     merged["forward"] -= overlapped  # counted once: in the optimizer's phases (communicate, quantize, update)
+    merged["backward"] -= in_backward
     row = {f"time/{name}": seconds for name, seconds in merged.items()}
     row["time/total"] = total
     return row

@@ -29,18 +29,38 @@ from src.optim.momentum_sync import allreduce_mean_
 
 @dataclass
 class StepRun:
-    """One step of a Lion Cub step path: its reduction, the generator of each chunk (`start(chunk, slot)`) and what
-    to drop once every chunk is launched (`release`: the overlapped step keeps only what the applies need)."""
+    """One step of a Lion Cub step path: its reduction, the generator of each chunk (`start(chunk, slot)`), what
+    to drop once every chunk is launched (`release`: the overlapped step keeps only what the applies need) and,
+    for a run begun with `defer_momentum` (a speculative step, src/optim/speculation.py), `commit_momentum`: step
+    every chunk's momentum once the step knows its encodes stand."""
     reduction: Reduction
     start: Callable[[Chunk, int], object]
     release: Callable[[], None] = lambda: None
+    commit_momentum: Callable[[], None] = lambda: None
+
+
+class _Gradients:
+    """Parameter k's gradient as a flat view (a zero tensor where `.grad` is None), looked up when a chunk first
+    needs it: a speculative step begins while backward is still producing the gradients of later chunks."""
+
+    def __init__(self, params: Sequence[torch.Tensor]):
+        self.params, self.flat = params, {}
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        if k not in self.flat:
+            p = self.params[k]
+            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            if g.is_sparse:
+                raise RuntimeError("LionCub does not support sparse gradients")
+            self.flat[k] = g.reshape(-1)
+        return self.flat[k]
 
 
 @dataclass
 class _StepTensors:
     """This step's parameters, gradients and momenta as flat views, in the layout order (segment k = parameter k)."""
     params: list[torch.Tensor]
-    grads: list[torch.Tensor] | None
+    grads: _Gradients | None
     momenta: list[torch.Tensor] | None
 
     def release_gradients(self) -> None:
@@ -66,6 +86,7 @@ class ChunkedLionCub:
     """The chunked step over `params` (in layout order; `group_of[k]` is parameter k's param group)."""
 
     fused = False
+    speculates_by_bucket = True  # a speculative step may launch a chunk once its parameters' gradients are final
 
     def __init__(self, params: Sequence[torch.nn.Parameter], group_of: Sequence[int], reducer: Reducer, timer,
                  momentum_of: Callable[[int], torch.Tensor]):
@@ -82,29 +103,34 @@ class ChunkedLionCub:
     def new_momentum(self, k: int) -> torch.Tensor:
         return torch.zeros_like(self.params[k], memory_format=torch.contiguous_format)
 
-    def begin(self, step: int, param_groups: list[dict]) -> StepRun:
+    def begin(self, step: int, param_groups: list[dict], defer_momentum: bool = False) -> StepRun:
+        """This step's run; with `defer_momentum` the chunks skip step 3 and `commit_momentum` runs it for every
+        chunk, with the same operations on the same slices (so the momenta are bitwise those of the step)."""
         with self.timer.phase("update"):
             tensors = self._step_tensors()
         reduction = self.reducer.begin(self.sizes, step, self.params[0].device)
         pieces = self._pieces_of(reduction)
         hyper = [_Hyper(g["lr"], g["weight_decay"], *g["betas"]) for g in param_groups]
-        return StepRun(reduction, lambda chunk, slot: self.chunk_step(reduction, chunk, slot, tensors, pieces, hyper),
-                       tensors.release_gradients)
+
+        def start(chunk: Chunk, slot: int):
+            return self.chunk_step(reduction, chunk, slot, tensors, pieces, hyper, not defer_momentum)
+
+        def commit_momentum() -> None:
+            for chunk in reduction.plan.chunks:
+                self._momentum_step(tensors, pieces[chunk.index], hyper)
+
+        return StepRun(reduction, start, tensors.release_gradients, commit_momentum)
 
     def _step_tensors(self) -> _StepTensors:
-        """Parameters, gradients (zero where None) and momenta of every trainable parameter, as flat views."""
-        grads = []
-        for p in self.params:
-            g = p.grad if p.grad is not None else torch.zeros_like(p)
-            if g.is_sparse:
-                raise RuntimeError("LionCub does not support sparse gradients")
-            grads.append(g.reshape(-1))
-        return _StepTensors([p.view(-1) for p in self.params], grads,
+        """Parameters, gradients (zero where None; looked up chunk by chunk) and momenta of every trainable
+        parameter, as flat views."""
+        return _StepTensors([p.view(-1) for p in self.params], _Gradients(self.params),
                             [self.momentum_of(k).view(-1) for k in range(len(self.params))])
 
     def chunk_step(self, reduction: Reduction, chunk: Chunk, slot: int, tensors: _StepTensors, pieces: list,
-                   hyper: list[_Hyper]):
-        """Algorithm 1 on one chunk: a generator that yields the chunk's collectives (the module doc's steps)."""
+                   hyper: list[_Hyper], momentum: bool = True):
+        """Algorithm 1 on one chunk: a generator that yields the chunk's collectives (the module doc's steps; step 3
+        only with `momentum`)."""
         reducer, scratch = self.reducer, reduction.scratch
         held = None
         for ahead in reducer.statistics_wanted(reduction, chunk):  # per-layer scales: their layers' c first
@@ -114,7 +140,8 @@ class ChunkedLionCub:
         if held is not chunk:
             c = self._update_vector(chunk, tensors, pieces[chunk.index], hyper, scratch)  # 1
         wire = reducer.encode(reduction, chunk, c, slot)  # 2
-        self._momentum_step(tensors, pieces[chunk.index], hyper)  # 3
+        if momentum:
+            self._momentum_step(tensors, pieces[chunk.index], hyper)  # 3
         received = yield from reducer.exchange(reduction, chunk, wire, slot)  # 4
         direction = reducer.decode(reduction, chunk, received, scratch[: chunk.length])
         self._apply_direction(tensors, pieces[chunk.index], hyper, direction)  # 5

@@ -33,6 +33,7 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import named_parameters_with_aliases
+from src.optim.overlap import mode_name, overlap_mode
 from src.optim.variant import Variant
 
 def is_auto(variant: Variant) -> bool:
@@ -76,9 +77,10 @@ def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.n
     if "name" not in options:
         raise ValueError(f"variant {variant.name!r}: lion_cub needs reducer.name")
     reducer = make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
-    if variant.overlap and not reducer.pipelined:
-        raise ValueError(f"variant {variant.name!r}: overlap=true needs a pipelined reducer (pbit, onebit); "
-                         f"reducer {reducer.name!r} reduces the whole vector in one call")
+    if any(overlap_mode(variant.overlap)) and not reducer.pipelined:
+        raise ValueError(f"variant {variant.name!r}: overlap={str(variant.overlap).lower()} needs a pipelined reducer "
+                         f"(pbit, onebit); reducer {reducer.name!r} reduces the whole vector in one call (set "
+                         "variant.overlap=false)")
     if model is not None:
         variant.momentum_sync.select([n for n, _ in named_parameters_with_aliases(model)])
 

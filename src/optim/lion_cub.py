@@ -19,11 +19,15 @@ Either hands one generator per chunk (bucket) to `src.comm.transport.pipeline.Pi
 collectives in flight. The step makes no host synchronisation (the step count is a Python int; the reducers do not
 check for NaN: the training loop's vote does, see src/comm/reducers/base.py for what a direct user gets).
 
-With `overlap=True` (src/optim/overlap.py) `step()` only launches the chunks: every chunk is encoded, its momentum
-stepped and its collective started, with one buffer slot per chunk; the directions are applied during the next
-forward pass (`finish_through`, from the hooks `hook_forward` installs) or by `settle()`; the result is bitwise that
-of the synchronous step. `layout_order` orders the parameters in the layout (the factory passes the model's
-registration order: the overlapped step needs the first chunks to hold the first modules' parameters).
+With `overlap=True` or `"forward"` (src/optim/overlap.py) `step()` only launches the chunks: every chunk is
+encoded, its momentum stepped and its collective started, with one buffer slot per chunk; the directions are applied
+during the next forward pass (`finish_through`, from the hooks `hook_forward` installs) or by `settle()`; the result
+is bitwise that of the synchronous step. `layout_order` orders the parameters in the layout (the factory passes
+the model's registration order: the overlapped step needs the first chunks to hold the first modules' parameters).
+With `overlap="backward"` (src/optim/speculation.py) the chunks are encoded and launched during backward, as their
+gradients become final, speculating that no rank clips; the loop's vote says whether that held
+(`speculation_vote`, `resolve_speculation`), and `step()` applies the launched chunks or reduces again, bitwise the
+synchronous step either way; the layout is then in reverse registration order. `"both"` does both.
 
 Steps count from 1 (the tie rule alternates on step parity). The optimizer and its reducer share one timer (the
 reducer's; a reducer built here gets one on the parameters' device): `update`, `quantize`, `communicate` (waiting
@@ -52,7 +56,8 @@ from src.optim.chunked_step import ChunkedLionCub
 from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
-from src.optim.overlap import OVERLAPPED, ForwardOverlap
+from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
+from src.optim.speculation import Backoff, Speculation
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
@@ -70,7 +75,7 @@ class LionCub(LoopOptimizer, Optimizer):
 
     def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
                  weight_decay: float = 0.0, reducer: str | Mapping | Reducer = "pbit",
-                 momentum_sync: MomentumSync | Mapping | None = None, group=None, overlap: bool = False,
+                 momentum_sync: MomentumSync | Mapping | None = None, group=None, overlap: bool | str = False,
                  layout_order: Sequence[torch.Tensor] | None = None, reducer_choice=None, kernels: str = "auto"):
         check_hyperparameters(lr, betas, weight_decay)
         super().__init__(params, dict(lr=lr, betas=tuple(betas), weight_decay=weight_decay))
@@ -79,7 +84,9 @@ class LionCub(LoopOptimizer, Optimizer):
                    for p, n in zip(g["params"], g.get("param_names", [None] * len(g["params"]))) if p.requires_grad]
         if not members:
             raise ValueError("LionCub: no trainable parameter (every parameter has requires_grad=False)")
-        if layout_order is not None:  # the layout in this order (the overlapped step needs forward order)
+        forward, backward = overlap_mode(overlap)
+        if layout_order is not None:  # the layout in this order (forward overlap: forward order; backward: reverse)
+            layout_order = list(reversed(layout_order)) if backward else layout_order
             position = {id(p): k for k, p in enumerate(layout_order)}
             members.sort(key=lambda m: position.get(id(m[0]), len(position)))
         self._params = [p for p, _, _ in members]
@@ -95,13 +102,25 @@ class LionCub(LoopOptimizer, Optimizer):
         self.reducer_choice = reducer_choice
         self.momentum_sync = MomentumSync.from_config(momentum_sync)
         self._sync_mask = self.momentum_sync.select([n for _, _, n in members])
-        if overlap and not self.reducer.pipelined:
-            raise ValueError(f"LionCub: overlap=true needs a pipelined reducer (pbit, onebit); "
-                             f"{type(self.reducer).__name__} reduces the flat vector in one call")
-        self.overlap = bool(overlap)
+        if (forward or backward) and not self.reducer.pipelined:
+            raise ValueError(f"LionCub: overlap={str(overlap).lower()} needs a pipelined reducer (pbit, onebit); "
+                             f"{type(self.reducer).__name__} reduces the flat vector in one call (set overlap: false)")
+        if backward and self.reducer.check_finite:
+            raise ValueError("LionCub: overlap=backward encodes buckets during backward, before the whole vector "
+                             "could be checked; check_finite=true needs overlap false or forward")
+        self.overlap, self.speculate = forward, backward
+        self.overlap_mode = mode_name(overlap)
         self.kernel_choice, self._path = self._step_path(choice, names)
         self.forward_overlap: ForwardOverlap | None = None
         self._inflight: Pipeline | None = None  # the overlapped step's chunks, still in flight
+        self._speculation: Speculation | None = None  # this step's chunks launched during backward
+        self._verdict: tuple | None = None  # every rank's verdict and launched chunks (resolve_speculation)
+        self.overlap_hit: bool | None = None  # whether the last step's speculation held (None: none made)
+        self.speculations = self.hits = 0
+        self.backoff = Backoff()  # which steps speculate after a miss (src/optim/speculation.py)
+        self.warned_twice = False  # a gradient arrived twice before a step (warned once)
+        self._grad_hooks = [p.register_post_accumulate_grad_hook(self._grad_hook(k))
+                            for k, p in enumerate(self._params)] if backward else []
         self._steps = 0
 
     def _build_reducer(self, reducer: str | Mapping | Reducer, timer: PhaseTimer, backend: str) -> Reducer:
@@ -186,17 +205,21 @@ class LionCub(LoopOptimizer, Optimizer):
             self.forward_overlap = ForwardOverlap(self, model)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """As torch's, except on the fused step: one kernel zeroes the gradient buffer and `.grad` stays its view."""
+        """As torch's, except on the fused step: one kernel zeroes the gradient buffer and `.grad` stays its view.
+        A speculation no step took (a skipped step) is dropped first."""
+        self._drop_speculation()
         if not self._path.zero_grad():
             LoopOptimizer.zero_grad(self, set_to_none)
 
     def state_dict(self) -> dict:
+        self._drop_speculation()
         self.settle()
         out = super().state_dict()
         out["reducer"] = self.reducer.state_dict()
         return out
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self._drop_speculation()
         self.settle()
         state_dict = dict(state_dict)
         reducer_state = state_dict.pop("reducer", {})
@@ -213,23 +236,106 @@ class LionCub(LoopOptimizer, Optimizer):
         self.settle()
         loss = evaluate_closure(closure)
         step = self._steps + 1
-        for k in range(len(self._params)):
-            self._momentum(k)
-        run = self._path.begin(step, self.param_groups)
-        chunks = run.reduction.plan.chunks
-        depth = len(chunks) if self.overlap else PIPELINE_DEPTH  # overlap: every chunk in flight
-        pipeline = Pipeline(run.start, self.timer, depth).launch(chunks)
-        if self.overlap:  # the next forward pass applies the directions (finish_through)
-            self._inflight = pipeline
-            run.release()
-        else:
-            pipeline.finish()
+        missed = self._speculation is not None and not (self._verdict and self._verdict[0])  # timed as `redo`
+        with self.timer.phase("redo") if missed else contextlib.nullcontext():
+            pipeline = self._speculated()
+            if pipeline is None:
+                pipeline = self._launch(step)
+            if self.overlap:  # the next forward pass applies the directions (finish_through)
+                self._inflight = pipeline
+            else:
+                pipeline.finish()
         with self.timer.phase("update"):
             torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
         self._steps = step
         if self.momentum_sync.due(step) and self.world_size > 1:
             self._path.sync_momenta(self._sync_mask, self.world_size, self.group)
         return loss
+
+    def _launch(self, step: int) -> Pipeline:
+        """Every chunk of this step encoded, its momentum stepped, its collective launched (two in flight, or all
+        of them with forward overlap: then only what the applies need is kept)."""
+        for k in range(len(self._params)):
+            self._momentum(k)
+        run = self._path.begin(step, self.param_groups)
+        chunks = run.reduction.plan.chunks
+        depth = len(chunks) if self.overlap else PIPELINE_DEPTH  # overlap: every chunk in flight
+        pipeline = Pipeline(run.start, self.timer, depth).launch(chunks)
+        if self.overlap:
+            run.release()
+        return pipeline
+
+    # --- the speculative step (src/optim/speculation.py) -------------------------------------------------------
+    def _grad_hook(self, k: int):
+        def hook(param: torch.Tensor) -> None:
+            with torch.no_grad():
+                if self._speculation is None:
+                    if not self.backoff.speculates(self._steps + 1):
+                        return  # a recent miss: this step's chunks are launched by step()
+                    self.settle()  # the last step's chunks first, in the same order on every rank
+                    self._speculation = Speculation(self, self._steps + 1)
+                    self._verdict = None
+                    torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+                self._speculation.grad_ready(k)
+        return hook
+
+    def _end_of_backward(self) -> None:
+        if self._speculation is not None:
+            with torch.no_grad():
+                self._speculation.end_of_backward()
+
+    def remove_hooks(self) -> None:
+        """Remove the gradient hooks of `overlap: backward` and the forward hooks of `hook_forward`."""
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks = []
+        if self.forward_overlap is not None:
+            self.forward_overlap.remove()
+            self.forward_overlap = None
+
+    def speculates(self) -> bool:
+        return self.speculate
+
+    def overlap_record(self) -> dict | None:
+        """`variant.overlap`'s mode and, when it speculates, how many steps speculated and how many held."""
+        if self.overlap_mode == "false":
+            return None
+        rate = self.hits / self.speculations if self.speculations else None
+        return {"mode": self.overlap_mode, "speculations": self.speculations, "hits": self.hits, "hit_rate": rate}
+
+    def speculation_vote(self) -> tuple[bool, int] | None:
+        """This rank's part of the agreement on the speculation in flight (None: none): whether the collectives
+        launched during backward may still be the step's own (the loop ANDs its clip flag in), and how many chunks
+        it launched (the ranks agree on the most)."""
+        return None if self._speculation is None else self._speculation.vote()
+
+    def resolve_speculation(self, held: bool, launched: int | None = None) -> None:
+        """Every rank's verdict on the speculation in flight: true only when no rank changed its gradients after
+        backward (no clipping) and every rank's `speculation_vote()` was true; `launched`, the most chunks any rank
+        launched (None: the same on every rank). `step()` then applies the launched chunks, or reduces again from
+        the gradients as they are. A step without a verdict reduces again."""
+        if self._speculation is not None:
+            self._verdict = (bool(held), launched)
+
+    def _speculated(self) -> Pipeline | None:
+        """The speculation's pipeline when it held (its momentum committed), else None (dropped, or none made)."""
+        speculation, (held, launched) = self._speculation, self._verdict or (False, None)
+        self._speculation = self._verdict = None
+        if speculation is None:
+            self.overlap_hit = None
+            return None
+        pipeline = speculation.resolve(held, launched)
+        self.speculations += 1
+        self.hits += pipeline is not None
+        self.overlap_hit = pipeline is not None
+        self.backoff.record(speculation.step, self.overlap_hit)
+        return pipeline
+
+    def _drop_speculation(self) -> None:
+        """Wait for and drop the collectives of a speculation no step took (every rank does: a skipped step)."""
+        if self._speculation is not None:
+            self._speculation.resolve(False, self._verdict[1] if self._verdict else None)
+            self._speculation = self._verdict = None
 
     # --- the overlapped step (src/optim/overlap.py) ----------------------------------------------------------
     @torch.no_grad()

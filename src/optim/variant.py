@@ -21,7 +21,7 @@ a mapping against these annotations (src.utils.typecheck) and raises ValueError,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Mapping
+from typing import Annotated, Any, Mapping
 
 from src.comm.codecs.backend import KERNELS
 from src.optim.baselines import BASELINE_KEYS
@@ -29,6 +29,7 @@ from src.optim.bitdp import LAYERS as BITDP_LAYERS
 from src.optim.ddp import COMM_HOOKS, INNER
 from src.optim.grad_allreduce import COMM_DTYPES
 from src.optim.momentum_sync import MomentumSync
+from src.optim.overlap import OVERLAP_MODES
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
@@ -44,7 +45,9 @@ class Variant:
     comm_dtype: Annotated[str, OneOf(tuple(COMM_DTYPES))] | None  # gradient allreduce's wire type
     reducer: dict | None  # lion_cub: {name, quant, levels, bits, vote, zeros, ...} (src.comm.make_reducer)
     momentum_sync: MomentumSync | None  # lion_cub: {every, layers} (src/optim/momentum_sync.py)
-    overlap: bool | None  # lion_cub: communication hidden behind the next forward pass (src/optim/overlap.py)
+    # lion_cub: false; true or forward (behind the next forward pass, src/optim/overlap.py); backward (launched
+    # during backward, src/optim/speculation.py); both
+    overlap: Annotated[Any, OneOf(OVERLAP_MODES), Doc("false, true, forward, backward or both")] | None
     kernels: Annotated[str, OneOf(KERNELS)] | None  # lion_cub, lion_grad_allreduce: auto | torch | native | triton
     # the neighbours' baselines (docs/baselines.md)
     adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch.distributed as dist
+
 from src.distributed.process_group import DistContext, gather_objects
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state
@@ -51,6 +53,14 @@ class StepHooks:
         self.step, self._before = 0, None
         self.stop, self.interrupted = stop or StopSignals(), None  # interrupted: Interrupted once stopped
         self.signum = 0  # the stop signal the ranks agreed on in the last vote (0: none)
+        self.vote_group = None  # the group the vote runs on (None: the default; see `separate_vote`)
+
+    def separate_vote(self) -> None:
+        """Vote on a process group of its own (every rank calls this, once, before training): an optimizer that
+        launches its collectives during backward has them queued on the default group, and a vote behind them would
+        wait for the wire that the step means to hide."""
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            self.vote_group = dist.new_group()
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -61,10 +71,12 @@ class StepHooks:
     def after_backward(self) -> None:
         self.faults.maybe_nan(self.step, self.params)
 
-    def step_ok(self, loss, grad_norm) -> Verdict:
+    def step_ok(self, loss, grad_norm, held=None, launched: int = 0) -> Verdict:
         """A true verdict when every rank's loss and gradients are finite; otherwise skip (a false verdict) or stop
-        (raises). The verdict carries this rank's loss and gradient norm: the step's one host transfer (`vote`)."""
-        verdict = vote(loss, grad_norm, self.params, signum=self.stop.received)
+        (raises). The verdict carries this rank's loss and gradient norm, and with `held` (a speculative optimizer
+        step's flag) whether it holds on every rank: the step's one host transfer (`vote`, on `vote_group`)."""
+        verdict = vote(loss, grad_norm, self.params, group=self.vote_group, signum=self.stop.received, held=held,
+                       launched=launched)
         self.signum = verdict.signum
         if verdict:
             return verdict

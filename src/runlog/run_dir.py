@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 
 from src.errors import SetupError
+from src.optim.overlap import label_suffix
 
 CLAIM_FILE = "attempts.jsonl"  # the first file of every run folder, created exclusively by the run that owns it
 
 
 def default_name(cfg, choices: dict[str, str | None]) -> str:
     """The run's folder name from the typed configuration `cfg` (src.engine.schema.Config) and Hydra's choices."""
-    variant = str(cfg.variant.name) + ("+overlap" if cfg.variant.overlap else "")
+    variant = str(cfg.variant.name) + label_suffix(cfg.variant.overlap)
     if cfg.run.name:
         name = str(cfg.run.name)
     elif choices.get("exp"):

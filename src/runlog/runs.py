@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+from src.optim.overlap import label_suffix
+
 STATS_ARRAYS = "stats"  # <run>/stats/step_<step:08d>.npz (src/stats, format v1)
 # Config keys that name where a run was written, not what it ran: never what tells two runs apart.
 PLACE_KEYS = ("run.", "data.dir", "logger.", "hydra.", "checkpoint.dir", "resume")
@@ -67,7 +69,7 @@ class Run:
         variant = self.config.get("variant") or {}
         if "name" not in variant:
             return self.path.name
-        return str(variant["name"]) + ("+overlap" if variant.get("overlap") else "")
+        return str(variant["name"]) + label_suffix(variant.get("overlap"))
 
     @property
     def model(self) -> str:

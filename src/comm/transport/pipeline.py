@@ -157,6 +157,19 @@ class Pipeline:
         while self.outstanding:
             self._finish_oldest()
 
+    def abandon(self) -> None:
+        """Wait for every outstanding collective and drop its chunk without finishing it: no later stage is
+        launched, nothing is decoded or applied. Every rank must abandon the same pipeline at the same point (a
+        speculative step that every rank agreed to discard, src/optim/speculation.py), so the collectives issued
+        stay the same on every rank."""
+        while self.outstanding:
+            index, stages, slot, work = self.outstanding.popleft()
+            with self.timer.phase("communicate"):
+                work.wait()
+            stages.close()
+            self.free.append(slot)
+            self.open.pop(index, None)
+
 
 def run_pipeline(chunks: Sequence[Chunk], start: Callable[[Chunk, int], Stages], timer,
                  depth: int = PIPELINE_DEPTH) -> None:

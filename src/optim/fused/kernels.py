@@ -13,7 +13,9 @@ The codes and directions come from the wire format's Triton helpers (src/comm/co
 words and the parameters equal the chunked torch path's bit for bit on the same device.
 
 - `cub_stats`: per block of 128, sum |c| (the fixed tree) or max |c|: the per-layer scales' statistics (l1, log);
-- `cub_encode`: per word of a bucket, c and the new momentum of its k elements, Q(c) packed (m written in place);
+- `cub_encode`: per word of a bucket, c and the new momentum of its k elements, Q(c) packed (m written in place,
+  unless WRITE_M is false: a speculative step, src/optim/speculation.py, commits the momentum later);
+- `cub_momentum`: the momentum step alone, m <- fma(1 - beta2, g, m * beta2), as `cub_encode` writes it;
 - `cub_apply`: per summed word, the direction of its k elements and the parameters' update;
 - `lion_update`: Lion on the averaged gradient (the sum over ranks divided by world_size, as `_foreach_div_`).
 """
@@ -40,6 +42,22 @@ def _update_vector(m, g, group, hyper_ptr, FMA: tl.constexpr):
 
 
 @triton.jit
+def _momentum(m, g, group, hyper_ptr, FMA: tl.constexpr):
+    return fma(_row(hyper_ptr, group, 3), g, m * _row(hyper_ptr, group, 2), FMA)
+
+
+@triton.jit
+def cub_momentum(m_ptr, g_ptr, group_ptr, hyper_ptr, n, FMA: tl.constexpr, BLOCK: tl.constexpr):
+    """m <- fma(1 - beta2, g, m * beta2) over n elements (the momentum `cub_encode` writes with WRITE_M)."""
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = e < n
+    group = tl.load(group_ptr + e // 128, mask=inside, other=0)
+    m = tl.load(m_ptr + e, mask=inside, other=0.0)
+    g = tl.load(g_ptr + e, mask=inside, other=0.0)
+    tl.store(m_ptr + e, _momentum(m, g, group, hyper_ptr, FMA), mask=inside)
+
+
+@triton.jit
 def cub_stats(stats_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, nblocks, MAXIMUM: tl.constexpr, FMA: tl.constexpr,
               ROWS: tl.constexpr):
     """stats[b] = sum |c| (fixed tree) or max |c| over block b of 128 elements."""
@@ -60,9 +78,10 @@ def cub_stats(stats_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, nblocks, MAXIMUM: t
 @triton.jit
 def cub_encode(words_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, inverse_ptr, m_words, first_block,
                KIND: tl.constexpr, POSITIVE: tl.constexpr, METHOD: tl.constexpr, LEVELS: tl.constexpr,
-               BITS: tl.constexpr, K: tl.constexpr, FMA: tl.constexpr, GPU: tl.constexpr, WORDS: tl.constexpr):
+               BITS: tl.constexpr, K: tl.constexpr, FMA: tl.constexpr, GPU: tl.constexpr, WORDS: tl.constexpr,
+               WRITE_M: tl.constexpr = True):
     """Words of a bucket of K m_words elements: field j of word i is element j m_words + i's code of c; the
-    momentum of every element stepped in place."""
+    momentum of every element stepped in place (with WRITE_M)."""
     w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
     inside = w < m_words
     word = tl.zeros((WORDS,), tl.int32)
@@ -73,7 +92,8 @@ def cub_encode(words_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, inverse_ptr, m_wor
         m = tl.load(m_ptr + e, mask=inside, other=0.0)
         g = tl.load(g_ptr + e, mask=inside, other=0.0)
         c = _update_vector(m, g, group, hyper_ptr, FMA)
-        tl.store(m_ptr + e, fma(_row(hyper_ptr, group, 3), g, m * _row(hyper_ptr, group, 2), FMA), mask=inside)
+        if WRITE_M:
+            tl.store(m_ptr + e, _momentum(m, g, group, hyper_ptr, FMA), mask=inside)
         if KIND == 0:
             field = vote_fields(c, POSITIVE)
         elif KIND == 1:
@@ -118,4 +138,4 @@ def lion_update(p_ptr, m_ptr, sum_ptr, group_ptr, hyper_ptr, n, world_size, FMA:
     p = tl.load(p_ptr + e, mask=inside, other=0.0)
     d = sign_of(_update_vector(m, g, group, hyper_ptr, FMA))
     tl.store(p_ptr + e, fma(_row(hyper_ptr, group, 5), d, p * _row(hyper_ptr, group, 4), FMA), mask=inside)
-    tl.store(m_ptr + e, fma(_row(hyper_ptr, group, 3), g, m * _row(hyper_ptr, group, 2), FMA), mask=inside)
+    tl.store(m_ptr + e, _momentum(m, g, group, hyper_ptr, FMA), mask=inside)

@@ -49,6 +49,7 @@ from src.quant.blocks import BLOCK, segment_inverse
 
 BUCKET = 1 << 26  # elements per bucket with `chunk: auto`
 NUM_WARPS = 8
+MOMENTUM_BLOCK = 4096  # elements per program of `cub_momentum`
 
 
 def unsupported(reducer, params: Sequence[torch.Tensor], names: Sequence[str]) -> str | None:
@@ -93,9 +94,17 @@ class FusedLionCub:
         return True
 
     # --- one step ---------------------------------------------------------------------------------------------
-    def begin(self, step: int, param_groups: list[dict]) -> StepRun:
+    @property
+    def speculates_by_bucket(self) -> bool:
+        """Whether a speculative step may encode a bucket before backward has finished every gradient: not with
+        per-layer scales, whose one statistics kernel reads every gradient (those buckets launch when backward
+        ends)."""
+        return not self.scaled
+
+    def begin(self, step: int, param_groups: list[dict], defer_momentum: bool = False) -> StepRun:
         """This step over the bucket plan: flat buffers checked, hyperparameters uploaded, and for scaled
-        quantizers every block's inverse scale computed."""
+        quantizers every block's inverse scale computed. With `defer_momentum` the encodes leave the momentum
+        as it is and `commit_momentum` steps it (one kernel: the same expression, so the same bits)."""
         self.buffers.adopt()
         self.hyper.update([HyperTable.row(g["lr"], g["weight_decay"], *g["betas"]) for g in param_groups])
         reduction = Reduction(self.reducer, self.plan, step, self.device, backend="triton")
@@ -104,7 +113,16 @@ class FusedLionCub:
         if self.scaled:
             with self.timer.phase("quantize"):
                 reduction.inverse = self._inverse_scales()
-        return StepRun(reduction, lambda chunk, slot: self.bucket_step(reduction, chunk, slot))
+        return StepRun(reduction, lambda chunk, slot: self.bucket_step(reduction, chunk, slot, not defer_momentum),
+                       commit_momentum=self._commit_momentum)
+
+    def _commit_momentum(self) -> None:
+        """m <- beta2 m + (1 - beta2) g over the whole momentum buffer (`cub_momentum`)."""
+        n = self.buffers.momenta.numel()
+        with self.timer.phase("update"):
+            triton_kernels.launch(kernels.cub_momentum, (triton.cdiv(n, MOMENTUM_BLOCK),), self.buffers.momenta,
+                                  self.buffers.grads, self.group_of_block, self.hyper.table, n, FMA=self.rules.fma,
+                                  BLOCK=MOMENTUM_BLOCK, num_warps=NUM_WARPS)
 
     def _check_finite(self, step: int) -> None:
         """The opt-in non-finite check (a host synchronisation): c is finite where m and g are."""
@@ -129,16 +147,17 @@ class FusedLionCub:
         inverse = segment_inverse(stats, blocks_per_segment, sizes, reducer.quant, reducer.levels)
         return torch.index_select(torch.cat([inverse, inverse.new_zeros(1)]), 0, segment_of_block)
 
-    def bucket_step(self, reduction: Reduction, chunk: Chunk, slot: int):
-        """Algorithm 1 on one bucket: a generator that yields its collectives' work handles."""
+    def bucket_step(self, reduction: Reduction, chunk: Chunk, slot: int, momentum: bool = True):
+        """Algorithm 1 on one bucket: a generator that yields its collectives' work handles (the momentum stepped
+        in the encode only with `momentum`)."""
         with self.timer.phase("quantize"):
-            wire = self._encode(reduction, chunk, slot)
+            wire = self._encode(reduction, chunk, slot, momentum)
         received = yield from self.reducer.exchange(reduction, chunk, wire, slot)
         with self.timer.phase("update"):
             self._apply(reduction, chunk, received)
 
-    def _encode(self, reduction: Reduction, chunk: Chunk, slot: int) -> torch.Tensor:
-        """`cub_encode` of the bucket into the slot's words."""
+    def _encode(self, reduction: Reduction, chunk: Chunk, slot: int, momentum: bool = True) -> torch.Tensor:
+        """`cub_encode` of the bucket into the slot's words (the momentum written with `momentum`)."""
         reducer, k = self.reducer, fields_per_word(self.bits)
         m_words, end = chunk.length // k, chunk.start + chunk.length
         if self.onebit:
@@ -156,7 +175,7 @@ class FusedLionCub:
                               self.buffers.momenta[chunk.start: end], self.buffers.grads[chunk.start: end],
                               self.group_of_block, self.hyper.table, inverse, m_words, chunk.start // BLOCK, kind,
                               positive, method, levels, self.bits, k, self.rules.fma, self.rules.gpu,
-                              words_per_program, num_warps=NUM_WARPS)
+                              words_per_program, WRITE_M=momentum, num_warps=NUM_WARPS)
         return words
 
     def _apply(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor) -> None:
