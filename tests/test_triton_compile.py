@@ -65,6 +65,13 @@ def _fused_steps() -> None:
         for p in model.parameters():
             p.grad = torch.randn_like(p)
         optimizer.step()
+    model = build_gpt(None, n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)  # a speculative step
+    optimizer = LionCub(parameter_groups(model, 0.1), reducer={**next(iter(REDUCERS.values())), "chunk": 4096},
+                        kernels="triton", overlap="backward")
+    idx = torch.randint(0, 64, (2, 8))
+    model(idx, idx)[1].backward()  # the encodes without the momentum (WRITE_M false)
+    optimizer.resolve_speculation(True)
+    optimizer.step()  # cub_momentum commits it
     for comm_dtype in ("fp32", "bf16"):
         model = build_gpt(None, n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)
         optimizer = GradAllreduceLion(parameter_groups(model, 0.1), comm_dtype=comm_dtype, kernels="triton")
@@ -90,7 +97,7 @@ def test_every_kernel_compiles_for_the_gpu_with_ieee_arithmetic(tmp_path, arch, 
         _workload()
     kernels = {launch["kernel"] for launch in launches}
     assert {"_encode_kernel", "_decode_sums_kernel", "_majority_kernel", "_signs_1bit_kernel", "_block_stats_kernel",
-            "cub_stats", "cub_encode", "cub_apply", "lion_update"} <= kernels, kernels
+            "cub_stats", "cub_encode", "cub_momentum", "cub_apply", "lion_update"} <= kernels, kernels
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

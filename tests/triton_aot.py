@@ -2,7 +2,8 @@
 
 `record(fn)` runs `fn` (under Triton's interpreter) and records every kernel launch that goes through
 `src.comm.codecs.triton_kernels.launch`: the kernel, each argument's type (a tensor's dtype, an int, a float, a
-bool) and the constexpr values, once per distinct signature. `main` (run as a script, in a process WITHOUT
+bool) and the constexpr values (positional, by name or by default, in the kernel's parameter order), once per
+distinct signature. `main` (run as a script, in a process WITHOUT
 TRITON_INTERPRET, so that @triton.jit makes compilable functions) compiles each recorded launch for
 `cuda:<arch>` with the GPU's own settings (`GPU`: libdevice's math; `FMA`: the hardware fma) and prints one JSON
 line per launch: its kernel, whether it compiled (and the error), and the approximate instructions its PTX holds.
@@ -42,13 +43,19 @@ def record(launches: list):
 
     def recording(kernel, grid, *args, **options):
         fn = kernel.fn
-        constexpr = ["constexpr" in str(p.annotation) for p in inspect.signature(fn).parameters.values()]
-        entry = [_argument(a) for a in args]
+        signature = inspect.signature(fn)
+        named = {k: v for k, v in options.items() if k in signature.parameters}  # kernel arguments by name
+        launch_options = {k: v for k, v in options.items() if k not in named}  # num_warps and the like
+        bound = signature.bind(*args, **named)
+        bound.apply_defaults()  # every parameter, in order, defaults included
+        constexpr = ["constexpr" in str(p.annotation) for p in signature.parameters.values()]
+        entry = [_argument(bound.arguments[name]) for name in signature.parameters]
         key = json.dumps([fn.__module__, fn.__name__, [e if (e[0] != "int" or c) else ["int", 0]
-                                                       for e, c in zip(entry, constexpr)], options])
+                                                       for e, c in zip(entry, constexpr)], launch_options])
         if key not in seen:
             seen.add(key)
-            launches.append({"module": fn.__module__, "kernel": fn.__name__, "args": entry, "options": options})
+            launches.append({"module": fn.__module__, "kernel": fn.__name__, "args": entry,
+                             "options": launch_options})
         return real(kernel, grid, *args, **options)
 
     triton_kernels.launch = recording
