@@ -105,6 +105,19 @@ def test_timing_summary_skips_warmup_and_accounts_for_the_rest(tmp_path):
     assert md.splitlines()[0] == "| " + " | ".join(COLUMNS) + " |" and "| cub4 |" in md
 
 
+@pytest.mark.parametrize("overlap, timed", [(False, 4), ("backward", 4), (True, 3), ("forward", 3), ("both", 3)])
+def test_a_run_overlapping_the_next_forward_leaves_its_last_step_out_of_the_timing(tmp_path, overlap, timed):
+    """The last step of a forward-overlapped run has no next forward pass to hide its wire behind."""
+    from fake_runs import timing_rows, write_run
+    rows = timing_rows(5, 10.0, 20.0, 3.0, 40.0, 5.0)
+    rows[-1]["time/total"] = rows[-1]["time/communicate"] = 1000.0  # the settled last step
+    run = write_run(tmp_path / "r", {"variant": {"name": "cub4", "overlap": overlap},
+                                     "train": {"timing_skip": 1, "steps": 5}}, rows)
+    row = timing_summary(load_run(run))
+    assert row["steps_timed"] == timed
+    assert row["total_ms"] == (78_000.0 if timed == 3 else (3 * 78_000.0 + 1_000_000.0) / 4)  # seconds -> ms
+
+
 def test_report_writes_figures_and_tables(tmp_path):
     runs = [fake_run(tmp_path / v, v, {"forward": 10.0, "backward": 20.0, "communicate": c})
             for v, c in (("lion32", 40.0), ("cub1", 5.0))]
