@@ -20,8 +20,8 @@ optimizer's phases and under `overlapped`; `timing_row` takes it out of `time/fo
 A speculative step (src/optim/speculation.py) encodes and launches buckets inside backward: that work is timed in
 the optimizer's phases and under `overlapped_backward`, taken out of `time/backward`. Two more keys say where the
 wire went and add nothing to the sum: `time/wire_behind_backward` (from the first bucket's launch to the end of
-backward: how long the wire ran behind it, an upper bound where the wire finished sooner; the `communicate` wait
-after it is what the wire still cost) and `time/redo` (a missed speculation's second reduction, whose parts are also
+backward on the host's clock: how long the wire ran behind it, an upper bound where the wire finished sooner, and on
+a GPU only as exact as the host's view of the device; the `communicate` wait after it is what the wire still cost) and `time/redo` (a missed speculation's second reduction, whose parts are also
 in quantize, communicate and update).
 
 Deliberate difference from Table A.1: the paper's "Update Step" column includes quantization; here `quantize` is
