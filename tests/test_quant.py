@@ -148,3 +148,23 @@ def test_segments_must_cover_the_vector():
 
 def test_empty_input():
     assert quantize(torch.zeros(0), "l1", 3).numel() == 0
+
+
+def test_every_scaled_method_has_a_block_rule_and_an_unknown_one_is_refused(monkeypatch):
+    """Each dispatch of src/quant/blocks.py names every scaled method of src.quant.METHODS; a method added to
+    METHODS without its block rules is refused by name, never quantized with another method's rule."""
+    from src.quant import blocks, quantizers
+    assert set(blocks.SCALED) == set(quantizers.METHODS) - {"sign"}
+    x = torch.randn(300)
+    for method in blocks.SCALED:
+        codes = quantizers.quantize(x, method, levels=3, generator=torch.Generator().manual_seed(0),
+                                    segments=[100, 200])
+        assert codes.abs().max() <= 3 and codes.ne(0).any(), method
+    monkeypatch.setattr(quantizers, "METHODS", (*quantizers.METHODS, "ternary"))
+    with pytest.raises(ValueError, match="no per-segment scale rule for method 'ternary'"):
+        quantizers.quantize(x, "ternary", levels=1)
+    stats = torch.ones(3)
+    with pytest.raises(ValueError, match="'ternary'"):
+        blocks.segment_inverse(stats, torch.tensor([3]), torch.tensor([300.0]), "ternary", 1)
+    with pytest.raises(ValueError, match="'ternary'"):
+        blocks.quantize_blocks(torch.ones(2, blocks.BLOCK), torch.ones(2), "ternary", 1)

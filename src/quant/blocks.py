@@ -111,11 +111,24 @@ def fold_sum(rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tenso
     return rows[:, 0] if out is None else out.copy_(rows[:, 0])
 
 
+SCALED = ("l1", "linf", "linf_nozero", "log")  # the methods with per-segment scales, each named in every rule here
+
+
+def unscaled(method: str) -> ValueError:
+    """The error of a block rule asked for a method it has no case for (no silent fallback to another rule)."""
+    return ValueError(f"src/quant/blocks.py has no per-segment scale rule for method {method!r}; the scaled methods "
+                      f"are {', '.join(SCALED)} (a new method needs its case in _reduce_rows, segment_inverse and "
+                      "quantize_blocks)")
+
+
 def _reduce_rows(method: str):
-    """The row statistic of `method`: the fixed-tree sum for l1, the (NaN-propagating) maximum otherwise."""
+    """The row statistic of `method`: the fixed-tree sum for l1, the (NaN-propagating) maximum for linf,
+    linf_nozero and log."""
     if method == "l1":
         return lambda rows, dim, out=None: fold_sum(rows, out)
-    return torch.amax
+    if method in ("linf", "linf_nozero", "log"):
+        return torch.amax
+    raise unscaled(method)
 
 
 def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = None,
@@ -167,8 +180,10 @@ def segment_inverse(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes
     if method == "l1":
         sums = torch.segment_reduce(stats.double(), "sum", lengths=blocks_per_segment, unsafe=True)
         return _inverse((sums / sizes).float(), levels / 2.0)
-    largest = torch.segment_reduce(stats, "max", lengths=blocks_per_segment, unsafe=True, initial=0.0)
-    return _inverse(largest, 1.0 if method == "log" else float(levels))
+    if method in ("linf", "linf_nozero", "log"):
+        largest = torch.segment_reduce(stats, "max", lengths=blocks_per_segment, unsafe=True, initial=0.0)
+        return _inverse(largest, 1.0 if method == "log" else float(levels))
+    raise unscaled(method)
 
 
 def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, levels: int,
@@ -178,6 +193,8 @@ def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, le
 
     A NaN input gives code 0 (the reducers send well-defined codes even for input they were told not to check).
     """
+    if method not in SCALED:
+        raise unscaled(method)
     x = blocks
     y = x * inverse.unsqueeze(-1)  # the only new full-size tensor: every step below works in place on y or q
     if method == "l1":
@@ -187,7 +204,7 @@ def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, le
         q.add_(noise < y.sub_(q)).clamp_(-levels, levels)  # floor + (u < fraction): unbiased stochastic rounding
         if method == "linf_nozero":
             q = torch.where((q == 0) & (x != 0), torch.sign(x), q)
-    else:  # log: k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
+    elif method == "log":  # k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
         q = y.abs_().clamp_(min=torch.finfo(torch.float32).tiny).log2_().round_().add_(levels).clamp_(0, levels)
         q.mul_(torch.sign(x))
     return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map)

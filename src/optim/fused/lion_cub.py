@@ -58,6 +58,8 @@ def unsupported(reducer, params: Sequence[torch.Tensor], names: Sequence[str]) -
         return f"the fused step runs pbit and onebit, not {reducer.name}"
     if isinstance(reducer, PBitReducer) and reducer.quant in ("linf", "linf_nozero"):
         return f"quant {reducer.quant} draws its rounding noise from torch's generator chunk by chunk"
+    if isinstance(reducer, PBitReducer) and reducer.scaled and reducer.quant not in triton_kernels.METHODS:
+        return f"the fused kernels have no code for quant {reducer.quant}"
     return check_flat(params, names)
 
 
@@ -166,7 +168,7 @@ class FusedLionCub:
         else:
             words = reducer.words(self.plan, slot, self.device)[:m_words]
             kind = kernels.VOTES if reducer.votes else kernels.LEVELS_KIND if self.scaled else kernels.SIGNS
-            method = triton_kernels.METHODS.get(reducer.quant, 0)
+            method = triton_kernels.METHODS[reducer.quant] if self.scaled else 0  # sign codes read no method
             levels = reducer.levels
         inverse = reduction.inverse if self.scaled else self.buffers.grads
         positive = tie_value(reduction.step, reducer.zeros) > 0 if kind == kernels.VOTES else True
