@@ -89,6 +89,7 @@ def _overlap_rows() -> list[dict]:
     return [measure("cub4", model, overlap) for overlap in (False, "forward", "backward", "both")]
 
 
+@pytest.mark.slow  # 8 s on 2 cores: in make test-all
 def test_overlapped_steps_keep_the_wire_words_of_every_chunk(dist):
     """With overlap (forward, backward: launched from gradient hooks during a real backward pass, or both) every
     chunk's 4-bit wire words stay allocated (1 MiB per chunk of 2^21 elements) where the synchronous step keeps two

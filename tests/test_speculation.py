@@ -172,7 +172,8 @@ def _check(sync: dict, spec: dict, rank: int, what: str, clip: str, resumed_at: 
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_speculative_steps_equal_synchronous_bitwise(dist, world_size):
-    jobs = [(name, overlap, clip, None, "torch") for name in REDUCERS for clip in ("some", "never")
+    clips = ("some", "never") if world_size == 2 else ("some",)  # 3 ranks: the clipped case (make test's time)
+    jobs = [(name, overlap, clip, None, "torch") for name in REDUCERS for clip in clips
             for overlap in (False, "backward", "both")]
     results = dist(world_size, _train_all, jobs)
     for rank, per_rank in enumerate(results):
