@@ -24,23 +24,16 @@ import warnings
 import pytest
 import torch
 import torch.distributed as tdist
-from test_overlap import CHUNK as OVERLAP_CHUNK  # noqa: F401  (registers the cub4_chunked reference variant)
+from test_overlap import CHUNK, REDUCERS, _batch, _model  # the same small GPT, batches and reducers
 from test_train_reliability import VARIANTS, assert_same_run, interrupt_and_resume, reference, rows
 
 from src.engine.loop import speculation_flag
-from src.models.gpt import GPT, GPTConfig
 from src.optim.factory import build_optimizer, validate_variant
 from src.optim.lion_cub import LionCub
 from src.optim.overlap import label_suffix, overlap_mode
 from src.optim.speculation import BACKWARD_OVERLAPPED, MAX_WAIT, Backoff
 from src.reliability.nonfinite import vote
 
-CHUNK = 2048
-REDUCERS = {
-    "cub4": {"name": "pbit", "quant": "sign", "levels": 1, "bits": 4, "vote": "majority", "zeros": "alternate"},
-    "cub8": {"name": "pbit", "quant": "l1", "levels": 15, "bits": 8, "vote": "average", "zeros": "alternate"},
-    "cub1": {"name": "onebit", "quant": "sign", "levels": 1, "bits": 1, "vote": "majority", "zeros": "alternate"},
-}
 CLIP = 50.0
 STEPS = 7
 SCALED = {(2, 0), (6, 1)}  # (step, rank): the loss times 1e4, so this rank clips at this step
@@ -52,17 +45,6 @@ SOME = {1: (True, "n"), 2: (False, "k+n"), 3: (None, "n"), 4: ("skipped", "k"), 
         7: (None, "n")}
 NEVER = {step: (True, "n") for step in range(1, STEPS + 1)} | {NAN_AT[0]: ("skipped", "k")}
 VARIANTS["cub4_backward"] = [*VARIANTS["cub4_chunked"], "variant.overlap=backward"]
-
-
-def _model() -> GPT:
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32, tie_embeddings=True))
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(100 * step + rank)
-    idx = torch.randint(0, 97, (3, 17), generator=g)
-    return idx[:, :-1], idx[:, 1:]
 
 
 def _build(model, name: str, overlap, kernels: str) -> LionCub:
@@ -92,7 +74,7 @@ def _train(name: str, overlap, clip: str, resume_at: int | None, kernels: str) -
     """Per-step losses, exchanges and hits, the final parameters and momenta (settled), and whether a chunk was
     launched before backward ended."""
     rank = tdist.get_rank()
-    model = _model()
+    model = _model(tie=True)
     opt = _build(model, name, overlap, kernels)
     counter = _count_exchanges(opt)
     vote_group = tdist.new_group()  # as the loop's (src/reliability/hooks.py separate_vote)
@@ -101,7 +83,7 @@ def _train(name: str, overlap, clip: str, resume_at: int | None, kernels: str) -
     for step in range(1, STEPS + 1):
         if resume_at is not None and step == resume_at:
             saved_model, saved_opt = model.state_dict(), opt.state_dict()
-            model = _model()
+            model = _model(tie=True)
             model.load_state_dict(saved_model)
             opt = _build(model, name, overlap, kernels)
             opt.load_state_dict(saved_opt)
@@ -182,7 +164,7 @@ def test_speculative_steps_equal_synchronous_bitwise(dist, world_size):
             if overlap:
                 _check(by_job[(name, False, clip, None, "torch")], by_job[(name, overlap, clip, None, "torch")],
                        rank, f"{name} {overlap} clip={clip}", clip)
-    assert not torch.equal(results[0][0]["params"][0], _model().transformer.wte.weight)  # it trained
+    assert not torch.equal(results[0][0]["params"][0], _model(tie=True).transformer.wte.weight)  # it trained
 
 
 def test_speculative_steps_equal_synchronous_across_checkpoint_and_resume(dist):
@@ -205,7 +187,7 @@ def test_speculative_steps_with_momentum_sync_equal_synchronous_bitwise(dist):
 
 def _two_backward_passes(overlap) -> dict:
     """Two backward passes before one step (gradient accumulation): the speculation is dropped, with a warning."""
-    model = _model()
+    model = _model(tie=True)
     opt = _build(model, "cub4", overlap, "torch")
     vote_group, hits = tdist.new_group(), []
     with warnings.catch_warnings(record=True) as caught:
@@ -255,7 +237,7 @@ def test_speculation_refuses_a_reducer_that_reduces_in_one_call(overlap):
 
 
 def test_speculation_refuses_check_finite_and_unknown_modes():
-    model = _model()
+    model = _model(tie=True)
     with pytest.raises(ValueError, match="check_finite=true needs overlap false or forward"):
         LionCub(model.parameters(), reducer={"name": "pbit", "check_finite": True, "world_size": 1},
                 overlap="backward")
