@@ -8,7 +8,7 @@ import torch
 
 def compress(x: torch.Tensor) -> torch.Tensor:
     """1-bit Adam's C(x) (Section 4.3): ||x|| / sqrt(n) * sign(x), the sign of 0 being +1."""
-    s = torch.linalg.vector_norm(x) / math.sqrt(x.numel())
+    s = x.square().sum().sqrt() / math.sqrt(x.numel())  # the sum of squares in torch.sum's pairwise order
     return s * torch.where(x >= 0, 1.0, -1.0)
 
 

@@ -298,3 +298,15 @@ def test_cost_model_rows_match_wire_bytes(world_size):
     model = cost("bitdp", world_size, rows * cols, 0.0, beta, bits=2, dense=rows + 40 * world_size)
     assert model.bandwidth == pytest.approx(8 * beta * busiest_link_bytes("bitdp", world_size, rows * cols
                                                                           + 40 * world_size, **options))
+
+
+def test_compressed_allreduce_scale_of_many_equal_values_is_accurate():
+    """A server's input at one rank is s sign(x): n equal magnitudes. Its scale sums n equal squares, which a
+    lane-sequential float32 sum (torch's CPU vector_norm) gets 2e-4 wrong at n = 7e5; the scale must stay within
+    a few ulps of log n."""
+    from src.comm.reducers.compressed_allreduce import compress_
+    for n in (1 << 18, 699_048):
+        x = torch.full((n,), 1.2345678e8)
+        x[::3] *= -1
+        scale = compress_(x, torch.empty(n), torch.empty(n, dtype=torch.bool))
+        assert abs(scale.double().item() / 1.2345678e8 - 1) < 64 * 2.0 ** -24, n

@@ -55,6 +55,7 @@ from src.distributed.process_group import (
 )
 from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
+from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
 from src.errors import SetupError
 from src.engine.loop import LoopResult, train
@@ -392,6 +393,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         if ctx.is_main:
             print(f"lioncub: {plan.resume.run_dir} has finished all {plan.steps} steps; nothing to resume", flush=True)
         return done
+    deterministic = make_deterministic(job.train.deterministic)  # before the first CUDA kernel
+    if ctx.is_main and deterministic:
+        print(f"lioncub: train.deterministic=true: {'; '.join(deterministic)}", flush=True)
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
     try:

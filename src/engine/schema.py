@@ -48,6 +48,7 @@ class Train:
     eval_batches: Count
     timing_skip: Annotated[int, Range(ge=0)]
     compile: Annotated[bool | str, OneOf(("auto", True, False)), Doc("auto, true or false", replace=True)]
+    deterministic: bool
     progress: bool
     log_every_s: Annotated[float, Range(ge=0)]
 

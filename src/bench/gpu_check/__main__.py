@@ -27,10 +27,10 @@ SECTIONS = (Section("device", "device_info", "Device", 10),
             Section("phases", "phases", "Optimizer steps, peers, launches and host time on the 774M GPT", 120),
             Section("codecs", "codecs", "Codecs: each GPU backend against the CPU's torch reference", 45),
             Section("reducers", "reducers", "Reducers on NCCL against the CPU's torch reference on gloo", 40),
-            Section("training", "training", "The whole loop on CUDA + NCCL", 140),
+            Section("training", "training", "The whole loop on CUDA + NCCL", 170),
             Section("syncs", "syncs", "Host synchronisations per step, counted by CUDA", 10),
             Section("fwdbwd", "fwdbwd", "Forward and backward of the 774M GPT, eager and compiled, against Table A.1",
-                    150),
+                    120),
             Section("memory", "memory", "Memory per parameter (Fig. A.1)", 35),
             Section("throughput", "throughput", "Encode/decode throughput against the copy bandwidth", 20))
 NAMES = tuple(s.name for s in SECTIONS)

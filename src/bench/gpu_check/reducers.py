@@ -24,10 +24,12 @@ the other way. What remains may differ only by the stated bound:
   except the values whose log2 |x / max| lies within a few ulps of a half level (`log_exempt`: log2 is correctly
   rounded on neither device, src/bench/gpu_check/codecs.py), which may take the neighbouring code;
 - `compressed_allreduce` (1-bit Adam): relative 2^-12 (`NORMS`): its scales are L2 norms of whole tensors, float32
-  sums of up to 2^20 squares across 60 decades, which no input makes exact; the CPU (blocked, vectorised sums)
+  sums of up to 2^20 squares across 60 decades, which no input makes exact; the CPU (torch.sum's pairwise sums)
   and CUDA (per-thread partial sums, then a tree) add them in orders whose error grows with the logarithm of the
   length, under 64 u (u = 2^-24) here: 2^-12 is 2 x 64 u with a margin of 32; a scale taken over the wrong tensor
-  or length, or an error feedback lost, moves it by far more on these inputs.
+  or length, or an error feedback lost, moves it by far more on these inputs. (torch's CPU `vector_norm`, which
+  the reducer used before, sums each vector lane sequentially: 2e-4 off for a server's 7e5 equal values, which
+  the H200 run caught.)
 - at 2 or more ranks, the full-precision sums (fp32, bf16) are added across ranks in NCCL's order and gloo's:
   within 2 (W - 1) u of the sum of the ranks' magnitudes (`sum_bound`; u of the wire's dtype), which every rank
   computes from the others' inputs (each is made from a known seed).

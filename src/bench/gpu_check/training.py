@@ -4,8 +4,9 @@ Each run is the real command (torchrun, Hydra config, process group, loop, optim
 embedded demo corpus with the tiny GPT (3.3M parameters: seconds per run), `device=cuda network=infiniband` (NCCL),
 as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, overlap included):
 
-- a run of 9 steps with a checkpoint at step 3, the replica guard every 2 steps and a NaN gradient injected at
-  step 5 (`nonfinite.policy=skip`: the vote skips it on every rank), under the synchronisation counter
+- a run of 9 steps (`train.deterministic=true`: otherwise the compiled GPT's backward is not deterministic on
+  CUDA, src/engine/determinism.py) with a checkpoint at step 3, the replica guard every 2 steps and a NaN gradient
+  injected at step 5 (`nonfinite.policy=skip`: the vote skips it on every rank), under the synchronisation counter
   (synchook/sitecustomize.py; the syncs section reads its reports: steps after the warm-up of `TIMING_SKIP` = 2
   steps, in which each tie rule's kernels are first called, and outside `FAULT_STEPS`, the injected step and its
   neighbours, are its steady state);
@@ -51,7 +52,7 @@ WALL_CLOCK = ("train_time", "wall_time", "warmup_time")  # a checkpoint's progre
 def common(data_dir: Path) -> list[str]:
     return [f"data.dir={data_dir}", "data.block_size=32", "data.batch_size=4", "optim.lr=3e-3",
             "optim.warmup_steps=2", f"train.steps={STEPS}", "train.eval_every=3", "train.eval_batches=2",
-            f"train.timing_skip={TIMING_SKIP}", "train.progress=false", f"checkpoint.every={CHECKPOINT_AT}",
+            f"train.timing_skip={TIMING_SKIP}", "train.progress=false", "train.deterministic=true", f"checkpoint.every={CHECKPOINT_AT}",
             "guard.every=2",
             "logger=local"]
 
