@@ -1,6 +1,7 @@
 """The index of `make figures` (results/figures/index.md): every figure and table of Lion Cub beside the paper's
 caption and finding, with the checks its analysis script computed from the measured numbers, their spread over
-seeds and their verdicts.
+seeds and their verdicts. A manifest of your own (a YAML path outside experiments/, `Manifest.from_paper`) is listed
+with its caption and finding labelled as yours, never as the paper's (`text_label`).
 
 Nothing here judges a figure: the verdicts are those of each `<out>/<name>/findings.json` (FORMAT 2), written by
 the analysis script from the run data by the one rule of analysis/verdicts.py, which the index states at its top.
@@ -203,14 +204,19 @@ def checks_table(findings: dict) -> list[str]:
     return lines
 
 
+def text_label(m: Manifest, what: str) -> str:
+    """How the index names a manifest's `caption` or `finding`: the paper's for a manifest of experiments/, the
+    user's for one of their own (`Manifest.from_paper`), never the paper's words when they are not."""
+    return f"Paper's {what}" if m.from_paper else f"Your manifest's {what} (not the paper's)"
+
+
 def section(entry: FigureEntry, index_dir: Path) -> list[str]:
     m = entry.manifest
     lines = [f"## {m.figure}: {m.figure_title}", ""]
-    paper = m.path is None or m.path.parent == Path(__file__).resolve().parent
     if m.caption:
-        lines += [f"> **{'Paper' if paper else 'Manifest'}'s caption.** {m.caption}", ""]
+        lines += [f"> **{text_label(m, 'caption')}.** {m.caption}", ""]
     if m.finding:
-        lines += [f"> **{'Paper' if paper else 'Manifest'}'s finding.** {m.finding}", ""]
+        lines += [f"> **{text_label(m, 'finding')}.** {m.finding}", ""]
     if m.spread:
         lines += [f"Seeds: {m.spread}", ""]
     lines += [f"- Manifest: {w}" for w in m.warnings] + ([""] if m.warnings else [])
@@ -225,8 +231,9 @@ def section(entry: FigureEntry, index_dir: Path) -> list[str]:
                 lines += [f"![{m.figure}]({rel})", ""]
             elif path.suffix == ".md" and path.is_file():
                 lines += [path.read_text().strip(), ""]
-        lines += ["Does it show the paper's finding? (computed from the measured numbers; verdict by the rule at "
-                  "the top)", ""] + checks_table(findings)
+        asked = "Does it show the paper's finding?" if m.from_paper else f"Do the checks of `{m.analysis}` hold?"
+        lines += [f"{asked} (computed from the measured numbers; verdict by the rule at the top)", ""]
+        lines += checks_table(findings)
         lines += [""] + [f"- {note}" for note in findings.get("notes", [])] + [""]
         seeds = findings.get("seeds") or []
         lines.append(f"Seeds: {', '.join(map(str, seeds)) or 'the config default'}" + (
@@ -251,7 +258,8 @@ def runs_line(entry: FigureEntry, findings: dict | None) -> str:
     else:
         runs = "none yet"
     took = f" in {entry.draw_seconds:.0f} s" if entry.draw_seconds is not None else ""
-    return (f"Runs ({m.scale} scale, manifest `{m.path.name if m.path else m.name}`): {runs}. Wall time of its runs: "
+    manifest = f"manifest `{m.path.name}`" if m.from_paper else f"your manifest `{m.path or m.name}`"
+    return (f"Runs ({m.scale} scale, {manifest}): {runs}. Wall time of its runs: "
             f"{_minutes(entry)} min (a run shared with other figures counts in each). Drawn{took} by "
             f"`python -m {m.analysis} RUN... --out {entry.out.name}/`.")
 

@@ -26,6 +26,9 @@ A manifest may also say `spread:` (how many seeds its runs take and why: the ind
 list of `{claim, class, reason, command}`: for a check whose claim contains `claim` and that is not shown, the
 measured reason (class `scale` or `defect fixed`) and the command that measures it, for the index's table (beside
 the noise of a check within noise, what a knob of the scale model shows).
+A manifest of your own is a YAML file anywhere else, given by its path (`make figures FIGS=path/to/mine.yaml`): its
+`caption` and `finding` are yours, and the index and the notebook label them so (`Manifest.from_paper`, decided by
+where the file lives: experiments/ holds the paper's).
 `load_manifest(..., seeds=N)` keeps each run's first N seeds (`make figures SEEDS=N`). A run whose `seeds` is
 empty runs once at the config's seed, and a seed listed twice runs once: both are said in `Manifest.warnings`
 (the index prints them), not refused.
@@ -118,6 +121,13 @@ class Manifest:
     @property
     def minutes(self) -> float:
         return sum(r.minutes or 0.0 for r in self.runs)
+
+    @property
+    def from_paper(self) -> bool:
+        """Whether its caption and finding are the paper's: its file is in experiments/, where each figure and table
+        of Lion Cub has its manifest (`manifest_names`). A manifest read from anywhere else, or built without a
+        file, is the user's own."""
+        return self.path is not None and self.path.resolve().parent == HERE
 
 
 ORDER = ("table1", "fig2", "table2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "tableA1",

@@ -22,7 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from experiments.index import EVERY_CHECK, NOISE, NOT_SHOWN, SHOWN, UNDECIDED, check_rows, checks_table, cell
+from experiments.index import (EVERY_CHECK, NOISE, NOT_SHOWN, SHOWN, UNDECIDED, check_rows, checks_table, cell,
+                               text_label)
 from experiments.manifest import REPO, load_manifest, manifest_names
 from experiments.runner import is_finished, run_folder
 
@@ -71,7 +72,8 @@ def show(name: str, runs_root: str | Path, out: str | Path, sources: list | None
     from IPython.display import Image, Markdown, display
 
     manifest, findings, message = draw(name, runs_root, out, sources, scale)
-    display(Markdown(f"**{manifest.figure}: {manifest.figure_title}.** *Paper:* {manifest.caption}"))
+    display(Markdown(f"**{manifest.figure}: {manifest.figure_title}.** *{text_label(manifest, 'caption')}:* "
+                     f"{manifest.caption}"))
     if findings is None:
         display(Markdown(f"*Not drawn:* {message}"))
         return None

@@ -151,8 +151,9 @@ def test_empty_input():
 
 
 def test_every_scaled_method_has_a_block_rule_and_an_unknown_one_is_refused(monkeypatch):
-    """Each dispatch of src/quant/blocks.py names every scaled method of src.quant.METHODS; a method added to
-    METHODS without its block rules is refused by name, never quantized with another method's rule."""
+    """Each dispatch of src/quant/blocks.py names every scaled method of src.quant.METHODS; a method registered in
+    METHODS with the per-segment rule but without its block rules is refused by name, never quantized with another
+    method's rule."""
     from src.quant import blocks, quantizers
     assert set(blocks.SCALED) == set(quantizers.METHODS) - {"sign"}
     x = torch.randn(300)
@@ -160,7 +161,7 @@ def test_every_scaled_method_has_a_block_rule_and_an_unknown_one_is_refused(monk
         codes = quantizers.quantize(x, method, levels=3, generator=torch.Generator().manual_seed(0),
                                     segments=[100, 200])
         assert codes.abs().max() <= 3 and codes.ne(0).any(), method
-    monkeypatch.setattr(quantizers, "METHODS", (*quantizers.METHODS, "ternary"))
+    monkeypatch.setitem(quantizers.METHODS, "ternary", quantizers.Method(quantizers.per_segment("ternary")))
     with pytest.raises(ValueError, match="no per-segment scale rule for method 'ternary'"):
         quantizers.quantize(x, "ternary", levels=1)
     stats = torch.ones(3)

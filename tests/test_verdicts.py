@@ -150,7 +150,7 @@ def test_seeds_end_to_end_through_the_index(tmp_path):
     assert any(lo < hi for s in banded for lo, hi in zip(s["low"], s["high"]))
     index = (out / "index.md").read_text()
     assert "**How a verdict is reached**" in index and "Seeds: 3 seeds: the close check moves" in index
-    assert "> **Manifest's caption.** My own caption." in index                     # not labelled the paper's
+    assert "> **Your manifest's caption (not the paper's).** My own caption." in index  # not labelled the paper's
     assert "| 2 of 3 | *within noise* |" in index and "noise: the seeds disagree (shown in 2 of 3)" in index
     assert "Machine: Test CPU (torch ISA AVX2), 2 cores, 1 thread(s) per rank." in index
 

@@ -26,7 +26,7 @@ import torch
 
 BLOCK = 128
 STATS_SLICE = 1 << 16  # elements per pass of block_stats' scratch buffer (fits a core's L2 cache)
-SCALED_METHODS = ("l1", "linf", "linf_nozero", "log")
+STOCHASTIC_METHODS = ("linf", "linf_nozero")  # stochastic rounding: noise drawn per step
 
 
 def _round_up(n: int, multiple: int) -> int:

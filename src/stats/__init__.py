@@ -18,7 +18,8 @@ Keys (metrics.jsonl and W&B; percentages are of elements, in [0, 100]):
   sign(sum_i sign(c_i)), exact ties zero (Table 2: rows lion, columns vote; the 9 keys sum to 100).
 - `stats/match/<method>`, `stats/flip/<method>`, `stats/match/<method>/<layer>`, `stats/flip/<method>/<layer>`
   for every method of `stats.quantizers` (src.quant names: sign = distributed Lion, linf = Q_inf stochastic,
-  linf_nozero = "w/o zero", log, l1; levels in `stats.levels`): q = sign(sum_i Q(c_i)); match = q != 0 and q == lion,
+  linf_nozero = "w/o zero", log, l1, or any other method of src.quant.METHODS: its entry there is all the statistics
+  read; levels in `stats.levels`): q = sign(sum_i Q(c_i)); match = q != 0 and q == lion,
   flip = q != 0 and q == -lion. Denominator: ALL elements of the model / layer. Fig. 5's caption "excludes elements
   mapped to 0" is read as: an element with q == 0 counts as neither a match nor a flip (it stays in the
   denominator), so 100 - match - flip is the percent mapped to zero. This is the only reading under which the

@@ -82,8 +82,8 @@ def _quantizers(raw: dict) -> tuple[tuple[str, ...], dict[str, int]]:
         raise SetupError(f"stats.quantizers={quantizers!r} must be a list of quantizer names ({', '.join(METHODS)})")
     unknown = [q for q in quantizers if q not in METHODS]
     if unknown:
-        raise SetupError(f"stats.quantizers: unknown quantizer(s) {', '.join(unknown)}; "
-                         f"src.quant knows {', '.join(METHODS)}")
+        raise SetupError(f"stats.quantizers: unknown quantizer(s) {', '.join(unknown)}; src.quant knows "
+                         f"{', '.join(METHODS)} (a method of your own: register it in src.quant.METHODS)")
     if len(set(quantizers)) != len(quantizers):
         raise SetupError(f"stats.quantizers={list(quantizers)} names a quantizer twice")
     levels = dict(raw["levels"] or {})

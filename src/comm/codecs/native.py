@@ -40,7 +40,7 @@ from typing import Sequence
 import torch
 
 from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
-from src.quant.blocks import BLOCK
+from src.quant.blocks import BLOCK, STOCHASTIC_METHODS
 from src.utils import machine
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
@@ -167,7 +167,7 @@ def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: t
                   levels: int, bits: int) -> bool:
     """Whether `lc_encode_levels` takes these arguments: l1, linf or linf_nozero codes that fit their field
     (2 levels <= 2**bits - 1), whole blocks in every field plane, plain float32 scales (and noise for linf)."""
-    noisy = method in ("linf", "linf_nozero")
+    noisy = method in STOCHASTIC_METHODS
     return (method in LEVEL_METHODS and isinstance(levels, int) and 1 <= 2 * levels <= (1 << bits) - 1
             and _words(out, numel, bits) and numel % (fields_per_word(bits) * BLOCK) == 0
             and _plain(out, inverse) and _float32(inverse) and inverse.dim() == 1 and inverse.numel() * BLOCK == numel
@@ -198,7 +198,7 @@ def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor,
     values = (ctypes.c_void_p * max(count, 1))(*[v.data_ptr() for v, _ in pieces])
     ats = (ctypes.c_int64 * max(count, 1))(*[at for _, at in pieces])
     lens = (ctypes.c_int64 * max(count, 1))(*[v.numel() for v, _ in pieces])
-    noisy = method in ("linf", "linf_nozero")
+    noisy = method in STOCHASTIC_METHODS
     return bool(library().lc_encode_levels(out.data_ptr(), values, ats, lens, count, inverse.data_ptr(),
                                            noise.data_ptr() if noisy else None, out.numel(), bits,
                                            LEVEL_METHODS[method], levels))

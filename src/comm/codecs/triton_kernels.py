@@ -26,7 +26,7 @@ import triton.language as tl
 
 from src.comm.codecs import reference
 from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
-from src.quant.blocks import BLOCK
+from src.quant.blocks import BLOCK, STOCHASTIC_METHODS
 
 try:  # Triton 3.x: the GPU's math library (log2 as CUDA's log2f computes it)
     from triton.language.extra import libdevice
@@ -301,7 +301,7 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
                   method: str, levels: int, bits: int) -> bool:
     """reference.encode_levels; `update` flat or [blocks, BLOCK], `inverse` one scale per block of BLOCK values."""
     n = update.numel()
-    noisy = method in ("linf", "linf_nozero")
+    noisy = method in STOCHASTIC_METHODS
     if not (_plain(out, update, inverse, noise) and method in METHODS and update.dtype == torch.float32
             and inverse.dtype == torch.float32 and inverse.numel() * BLOCK == n and _words_for(out, n, bits)
             and 1 <= 2 * levels <= (1 << bits) - 1 and (not noisy or (noise is not None and noise.numel() == n))):
