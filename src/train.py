@@ -123,15 +123,25 @@ def main(cfg: DictConfig) -> None:
         sys.exit(EXIT_INTERRUPTED)
 
 
-def check_command_line() -> None:
-    """Before Hydra reads the command line: a missing preset or option is one line (exit 2), and a plain override
-    of an unknown key goes on to the schema's "did you mean" (src.engine.overrides)."""
+def command_line(args: list[str]) -> list[str]:
+    """`args` as Hydra is to read them (src.engine.overrides): SetupError naming every missing preset or option, in
+    one line, and each plain override of an unknown key written `++key=value`, for the schema's "did you mean"."""
     from src.engine.overrides import group_problems, with_schema_keys
 
-    problems = group_problems(sys.argv[1:])
+    problems = group_problems(args)
     if problems:
-        exit_with_setup_error("cannot start training: " + "; ".join(problems), EXIT_SETUP)
-    sys.argv[1:] = with_schema_keys(sys.argv[1:])
+        raise SetupError("; ".join(problems))
+    return with_schema_keys(args)
+
+
+def check_command_line() -> None:
+    """Before Hydra reads the command line: a missing preset or option is one line (exit 2), and a plain override
+    of an unknown key goes on to the schema's "did you mean" (`command_line`; src.launch.torchrun checks the same
+    command line before it starts any rank)."""
+    try:
+        sys.argv[1:] = command_line(sys.argv[1:])
+    except SetupError as exc:
+        exit_with_setup_error(f"cannot start training: {exc}", EXIT_SETUP)
 
 
 if __name__ == "__main__":

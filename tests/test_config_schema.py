@@ -1,8 +1,9 @@
 """The typed configuration (src/engine/schema.py): every problem refused before training, one line each, exit 2.
 
 In-process checks compose the real Hydra config; the CLI checks run `python -m src.train` (and once torchrun with
-2 ranks, where the message must be printed once, by rank 0, before torchrun's own report) and check the exit
-status, the message and that no run folder was made. Also: each model family brings its optimizer defaults.
+2 ranks, where the message must be printed once, by rank 0, before torchrun's own report; and src.launch.torchrun,
+which ends with lioncub's line, and refuses a command line Hydra would refuse before it starts any rank) and check
+the exit status, the message and that no run folder was made. Also: each model family brings its optimizer defaults.
 """
 from __future__ import annotations
 
@@ -131,6 +132,28 @@ def test_under_the_torchrun_launcher_the_last_line_is_lioncubs_and_the_status_2(
     assert out.rstrip().splitlines()[-1] == ("lioncub: cannot start training: optim.lr=-1: must be a number > 0 "
                                              "(exit 2: configuration)")
     assert not (tmp_path / "runs").exists()
+
+
+HYDRA_REFUSES = {  # a command line Hydra would refuse on every rank, and the start of lioncub's line for it
+    "variant=nope": "lioncub: cannot start training: variant=nope: no variant option 'nope' (no conf/variant/",
+    "train.nokey=1": "lioncub: cannot start training: train.nokey=1: unknown key (keys of train: steps, epochs,",
+    "optim.lr=[": "lioncub: cannot start training: optim.lr=[: no viable alternative at input '['",
+}
+
+
+@pytest.mark.parametrize("override", HYDRA_REFUSES)
+def test_under_the_torchrun_launcher_hydras_refusal_is_lioncubs_one_line_and_status_2(override, tmp_path):
+    """A command line Hydra refuses starts no rank: the launcher prints lioncub's line once, last, and exits 2."""
+    cmd = [sys.executable, "-m", "src.launch.torchrun", "--standalone", "--nproc_per_node=2", "-m", "src.train",
+           override, f"run.root={tmp_path / 'runs'}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=300, check=False)
+    out = proc.stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert proc.returncode == 2, out[-3000:]
+    assert out.count("lioncub:") == 1 and lines[-1].startswith(HYDRA_REFUSES[override]), out[-3000:]
+    assert lines[-1].endswith("(exit 2: configuration)"), out[-3000:]
+    assert "Traceback" not in out and "FAILED" not in out and not (tmp_path / "runs").exists()
 
 
 def test_a_typo_in_a_plain_override_gets_did_you_mean(tmp_path):

@@ -10,6 +10,15 @@ its children), prints torchrun's report without the launcher's traceback, and th
 it (src.errors.record_exit, through the file named by LIONCUB_EXIT_FILE) with the exit status and its meaning, and
 exits with that status (2, 3, 75, 130). A run that ends otherwise exits as torchrun would (0, or 1 on failure).
 
+A command line of src.train that Hydra would refuse on every rank starts no rank: a preset or group option that
+does not exist (`variant=nope`), an override of a key the configuration does not have (`train.nokey=1`) or one
+Hydra cannot read (`optim.lr=[`). The launcher reads and composes it first as src.train does (`refused_by_hydra`:
+src.train.command_line, Hydra's compose of conf/config.yaml, the schema check of a key it rewrote), prints
+lioncub's line once, e.g. `lioncub: cannot start training: variant=nope: no variant option 'nope' ... (exit 2:
+configuration)`, with no torchrun report and no traceback, and exits 2. Of a sweep (-m) it reads the overrides
+(the runs are composed by the ranks); a command line with another flag (--cfg, -cn, ...) is left to the ranks, and
+so is every problem of a configuration Hydra composes (e.g. `optim.lr=-1`: torchrun's report, then the line).
+
 Plain `torchrun ... -m src.train` also ends with the line: rank 0 writes it to torchrun's error file, which
 torchrun prints as the root cause in the last lines of its report (after it, one line of `=`); its exit status
 stays 1. The resume command that an interrupted run prints names this launcher when it started the run.
@@ -24,7 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from src.errors import EXIT_FILE_ENV, exit_line
+from src.errors import EXIT_FILE_ENV, SetupError, exit_line
+
+EXIT_SETUP = 2
+HYDRA_FLAGS = ("-m", "--multirun", "-r", "--run")  # the only flags of src.train a command line checked here has
 
 
 def _left_by_rank0(path: Path) -> tuple[str, int] | None:
@@ -35,12 +47,83 @@ def _left_by_rank0(path: Path) -> tuple[str, int] | None:
         return None
 
 
+def _runs_src_train(args) -> bool:
+    """Do torchrun's workers run src.train (`-m src.train`, or the file src/train.py)?"""
+    script = str(args.training_script)
+    if getattr(args, "no_python", False):
+        return False
+    if getattr(args, "module", False):
+        return script == "src.train"
+    return Path(script).resolve() == Path(__file__).resolve().parents[1] / "train.py"
+
+
+def _hydra_line(exc: Exception) -> str:
+    """Hydra's message in one line, naming the override it could not read."""
+    text = "; ".join(line.strip().rstrip(".") for line in str(exc).splitlines() if line.strip())
+    override = getattr(exc, "override", None)
+    if override and override not in text:
+        text = f"{override}: {text}"
+    return text
+
+
+def refused_by_hydra(args) -> str | None:
+    """lioncub's line (without the exit status) for a command line of src.train that Hydra would refuse on every
+    rank, or None: the line `python -m src.train` prints for it (src.train.command_line, then the schema check of
+    the config composed as src.train composes it), or Hydra's own message. None also for a command line with any
+    flag besides -m/-r (left to the ranks), and for one Hydra composes as typed (the ranks check the rest)."""
+    if not _runs_src_train(args):
+        return None
+    typed = list(args.training_script_args)
+    flags = [a for a in typed if a.startswith("-")]
+    if any(flag not in HYDRA_FLAGS for flag in flags):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    from src.engine.overrides import CONF
+    from src.engine.schema import check_config
+    from src.train import command_line
+
+    try:
+        read = command_line(typed)
+    except SetupError as exc:
+        return f"lioncub: cannot start training: {exc}"
+    overrides = [a for a in read if not a.startswith("-")]
+    try:
+        if any(flag in ("-m", "--multirun") for flag in flags):  # a sweep: its runs are composed by the ranks
+            OverridesParser.create().parse_overrides(overrides)
+            return None
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):  # as src.train's @hydra.main
+            cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        return f"lioncub: cannot start training: {_hydra_line(exc)}"
+    except Exception:  # noqa: BLE001 (not a configuration error: the ranks meet it and report it as before)
+        return None
+    if read == typed:
+        return None
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    try:  # an override of a key the configuration does not have: the schema's line, as preflight gives it
+        check_config(cfg, choices)
+    except SetupError as exc:
+        return f"lioncub: cannot start training: {exc}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    refused = refused_by_hydra(args)
+    if refused is not None:
+        print(exit_line(refused, EXIT_SETUP), file=sys.stderr, flush=True)
+        return EXIT_SETUP
     with tempfile.TemporaryDirectory(prefix="lioncub-exit-") as folder:
         exit_file = Path(folder) / "exit.json"
         os.environ[EXIT_FILE_ENV] = str(exit_file)
