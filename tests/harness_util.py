@@ -1,6 +1,9 @@
 """Helpers shared by the harness tests: compose the real Hydra config, and run as one plain process."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,13 @@ from hydra import compose, initialize_config_dir
 REPO = Path(__file__).resolve().parents[1]
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "SLURM_STEP_NUM_TASKS",
                  "TORCHELASTIC_RESTART_COUNT")
+
+
+def train_tiny(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m src.train args` as one plain process (no launcher variables, one thread), output captured."""
+    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
 
 
 def cfg_with(*overrides: str):

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import yaml
-from harness_util import REPO, TORCHRUN_VARS
+from harness_util import REPO, TORCHRUN_VARS, train_tiny
 
 
 def test_a_widened_field_width_is_printed_and_recorded_in_the_summary(demo_tokens, tmp_path):
@@ -38,9 +38,7 @@ def test_nothing_is_recorded_where_the_configuration_is_used_as_asked(demo_token
     args = ["variant=cub4", "variant.kernels=torch", f"data.dir={demo_tokens}", "model=gpt_tiny",
             "data.block_size=16", "data.batch_size=2", "train.steps=1", "train.eval_batches=1", "train.progress=false",
             "train.compile=false", f"run.dir={run_dir}"]
-    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = train_tiny(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "-> " not in "".join(x for x in proc.stdout.splitlines() if x.startswith("lioncub: variant."))
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -55,9 +53,7 @@ def test_train_compile_auto_on_a_cpu_is_printed_and_recorded_as_false(demo_token
     run_dir = tmp_path / "run"
     args = [f"data.dir={demo_tokens}", "model=gpt_tiny", "data.block_size=16", "data.batch_size=2", "train.steps=1",
             "train.eval_batches=1", "train.progress=false", f"run.dir={run_dir}"]  # train.compile: auto, the default
-    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "src.train", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    proc = train_tiny(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [x for x in proc.stdout.splitlines() if x.startswith("lioncub: train.compile=")]
     assert lines == ["lioncub: train.compile=auto -> false (off on CPU: compiling takes longer than a run here gains)"]

@@ -5,7 +5,9 @@ reports every problem at once, one line each (key, value, what is allowed), as a
 group or run folder exists, and `parse_config` then builds the typed `Config`, whose sections the components
 receive instead of the config (docs/architecture.md, "Configuration"): `variant` (src.optim.variant), `network`
 (src.comm.cost.network), the reliability sections (src.reliability.config), `logger` (src.runlog.sinks); `train`,
-`optim` and `run` are the engine's own, here. No section has defaults: every value comes from the YAML.
+`optim` and `run` are the engine's own, here. No section has defaults: every value comes from the YAML. The variant
+keys that have a default (conf/variant_defaults.yaml, src.optim.variant) and that the variant leaves out are filled
+into the composed config itself, first: the checks see them, and the run's config.yaml records them.
 `model.params` is checked against its kind's schema and `data` against its kind's; a model paired with the wrong
 data kind is reported alone (the other problems would follow from it).
 
@@ -21,7 +23,8 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from src.engine.loop import PRECISIONS
 from src.engine.schedule import SCHEDULES
@@ -29,7 +32,7 @@ from src.engine.tasks import task_class
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 from src.errors import SetupError
 from src.comm.cost.network import Network
-from src.optim.variant import Variant, check_keys
+from src.optim.variant import Variant, check_keys, fill_defaults
 from src.reliability.config import Checkpoint, Fault, Guard, NonFinite, Reliability
 from src.reliability.resize import POLICIES
 from src.runlog.sinks import Logger
@@ -168,7 +171,9 @@ def _by_kind(cfg: DictConfig, key: str, schemas: dict) -> tuple[str | None, list
 
 def config_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
     """Every problem of the composed config, one line each (an empty list: it may train); `choices` (Hydra's
-    chosen group options) let a message name the option, e.g. data=synthetic_cifar, beside its kind."""
+    chosen group options) let a message name the option, e.g. data=synthetic_cifar, beside its kind. The variant's
+    left-out keys that have a default are filled into `cfg` first (`fill_variant_defaults`)."""
+    fill_variant_defaults(cfg)
     found = problems(cfg, Config, skip=("hydra", "data"))
     model_kind, bad_model = _by_kind(cfg, "model", MODEL_PARAMS)
     data_kind, bad_data = _by_kind(cfg, "data", DATA)
@@ -188,6 +193,20 @@ def config_problems(cfg: DictConfig, choices: dict | None = None) -> list[str]:
         except ValueError as exc:  # a key the variant's optimizer does not take, or one it needs
             found.append(str(exc))
     return found
+
+
+def fill_variant_defaults(cfg: DictConfig) -> dict:
+    """Fill the keys the variant of the composed `cfg` leaves out and that have a default (src.optim.variant
+    `fill_defaults`, conf/variant_defaults.yaml) into `cfg`, in place, so that the run's config.yaml records what
+    it runs with; returns them. A variant section that cannot be read is left to the checks."""
+    try:
+        variant = cfg.get("variant") if isinstance(cfg, DictConfig) else None
+        if not isinstance(variant, DictConfig):
+            return {}
+        with open_dict(variant):
+            return fill_defaults(variant)
+    except OmegaConfBaseException:  # e.g. an interpolation that does not resolve: reported by the checks
+        return {}
 
 
 def _fields(schema) -> set[str]:

@@ -2,26 +2,36 @@
 
 A variant names its `optimizer` and holds the keys that optimizer takes, and only those (`KEYS`):
 
-| optimizer              | keys                                        |
-|------------------------|---------------------------------------------|
-| `lion`                 | -                                           |
-| `lion_grad_allreduce`  | comm_dtype, kernels                         |
-| `lion_cub`             | reducer, momentum_sync, overlap, kernels    |
-| `adamw_grad_allreduce` | comm_dtype                                  |
-| `onebit_adam`          | adam_warmup_steps                           |
-| `bitdp`                | bits, threshold, layers                     |
-| `ddp`                  | inner, comm_hook, bucket_cap_mb             |
+| optimizer              | keys (* has a default)                          |
+|------------------------|-------------------------------------------------|
+| `lion`                 | -                                               |
+| `lion_grad_allreduce`  | comm_dtype, kernels*                            |
+| `lion_cub`             | reducer, momentum_sync*, overlap*, kernels*     |
+| `adamw_grad_allreduce` | comm_dtype                                      |
+| `onebit_adam`          | adam_warmup_steps                               |
+| `bitdp`                | bits, threshold, layers                         |
+| `ddp`                  | inner, comm_hook, bucket_cap_mb                 |
 
-Every value comes from the YAML: `Variant` has no defaults, and a key that the optimizer takes but the variant
-leaves out is an error naming it. A key the optimizer does not take is None here. `Variant.parse` checks
-a mapping against these annotations (src.utils.typecheck) and raises ValueError, one line; the engine's schema
-(src/engine/schema.py) checks the whole configuration with the same annotations and builds the same object.
+Every value comes from the YAML: `Variant` has no defaults. The keys marked * have theirs in one file,
+conf/variant_defaults.yaml (`overlap: false`, `kernels: auto`, `momentum_sync: {every: 0, layers: none}`): a
+variant that leaves one out (or null) while its optimizer takes it gets that value (`with_defaults`), so a variant
+written before the key existed still runs. The engine fills them into the composed config itself, before anything
+is checked or recorded (src.engine.schema), so the run's config.yaml holds them. Any other key that the optimizer
+takes but the variant leaves out is an error naming it; a key the optimizer does not take is an error too, and None
+here. `Variant.parse` checks a mapping against these annotations (src.utils.typecheck) and raises ValueError, one
+line; the engine's schema (src/engine/schema.py) checks the whole configuration with the same annotations and builds
+the same object.
 `reducer` stays a mapping: src.comm.make_reducer checks its options and names the valid ones.
 """
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Mapping, MutableMapping
+
+from omegaconf import OmegaConf
 
 from src.comm.codecs.backend import KERNELS
 from src.optim.baselines import BASELINE_KEYS
@@ -36,6 +46,44 @@ OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
 KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype", "kernels"},
         "lion_cub": {"reducer", "momentum_sync", "overlap", "kernels"}, **BASELINE_KEYS}
 ALWAYS = ("name", "optimizer")
+DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "variant_defaults.yaml"  # the keys' defaults' home
+
+
+@functools.cache
+def _defaults_file() -> dict:
+    found = OmegaConf.to_container(OmegaConf.load(DEFAULTS_FILE), resolve=True)
+    unknown = sorted(set(found) - set().union(*KEYS.values()))
+    if unknown:  # a typo there would be a default nothing takes
+        raise ValueError(f"{DEFAULTS_FILE}: key(s) {', '.join(unknown)} are no optimizer's variant keys")
+    return found
+
+
+def defaults(kind: str) -> dict:
+    """The defaults of the keys optimizer `kind` takes that have one (conf/variant_defaults.yaml); {} for an unknown
+    kind."""
+    taken = KEYS[kind] if kind in OPTIMIZERS else set()
+    return {key: copy.deepcopy(value) for key, value in _defaults_file().items() if key in taken}
+
+
+def left_out(variant: Mapping) -> dict:
+    """The defaults `variant` takes: each key with a default that its optimizer takes and the variant leaves out
+    (or sets to null), with its value."""
+    return {key: value for key, value in defaults(variant.get("optimizer")).items() if variant.get(key) is None}
+
+
+def with_defaults(variant: Mapping) -> Mapping:
+    """`variant` with the defaults it takes (`left_out`) filled in; `variant` itself (unchanged) when none."""
+    filled = left_out(variant)
+    return {**variant, **filled} if filled else variant
+
+
+def fill_defaults(variant: MutableMapping) -> dict:
+    """Fill the defaults `variant` takes into it, in place (the engine's composed config: `open_dict` it first);
+    returns them."""
+    filled = left_out(variant)
+    for key, value in filled.items():
+        variant[key] = value
+    return filled
 
 
 @dataclass(frozen=True)
@@ -63,6 +111,7 @@ class Variant:
         """`variant` as a Variant; ValueError (one line, naming the key and what is allowed) when it cannot be."""
         if isinstance(variant, Variant):
             return variant
+        variant = with_defaults(variant)
         check_keys(variant)
         found = problems(variant, cls, "variant")
         if found:
@@ -72,7 +121,7 @@ class Variant:
 
 def check_keys(variant: Mapping) -> str:
     """The optimizer kind of `variant`; an unknown kind, a key that does not apply to it or one it needs but the
-    variant leaves out raise ValueError."""
+    variant leaves out (and that has no default: `defaults`) raise ValueError."""
     kind, name = variant.get("optimizer"), variant.get("name", "?")
     if kind not in OPTIMIZERS:
         raise ValueError(f"variant {name!r}: unknown optimizer {kind!r}; choose one of {', '.join(OPTIMIZERS)}")
@@ -81,8 +130,12 @@ def check_keys(variant: Mapping) -> str:
     if extra:
         raise ValueError(f"variant {name!r}: key(s) {', '.join(extra)} do not apply to optimizer {kind!r}, which "
                          f"takes {', '.join(sorted(allowed))}")
-    missing = [k for k in (*ALWAYS, *sorted(KEYS[kind])) if variant.get(k) is None]
+    given = with_defaults(variant)
+    missing = [k for k in (*ALWAYS, *sorted(KEYS[kind])) if given.get(k) is None]
     if missing:
+        optional = sorted(defaults(kind))
         raise ValueError(f"variant {name!r}: missing key(s) {', '.join(missing)}; optimizer {kind!r} takes "
-                         f"{', '.join(sorted(allowed))} (conf/variant/ holds an example of each)")
+                         f"{', '.join(sorted(allowed))} (conf/variant/ holds an example of each"
+                         + (f"; {', '.join(optional)} may be left out: conf/variant_defaults.yaml holds their "
+                            "defaults)" if optional else ")"))
     return kind
