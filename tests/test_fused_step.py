@@ -30,7 +30,10 @@ REDUCERS = {"cub4": dict(name="pbit", quant="sign", bits=4), "cub8": dict(name="
             "cub1": dict(name="onebit"), "signs": dict(name="pbit", quant="sign", bits=2, zeros="keep"),
             "log": dict(name="pbit", quant="log", levels=7, bits=8),
             "l1_average": dict(name="pbit", quant="l1", levels=7, bits=16, vote="average"),
-            "ties_minus": dict(name="pbit", quant="sign", bits=8, zeros="minus")}
+            "ties_minus": dict(name="pbit", quant="sign", bits=8, zeros="minus"),
+            "ps_naive": dict(name="ps_naive", quant="sign", bits=4), "ps_tree": dict(name="ps_tree", quant="l1",
+                                                                                     levels=7, bits=8),
+            "ternary": dict(name="ternary")}
 
 
 def _model(frozen: bool = True) -> torch.nn.Module:
@@ -111,7 +114,9 @@ def _two_ranks(name: str, kernels: str, sync: dict | None):
 
 @pytest.mark.parametrize("name,sync", [("cub4", None), ("cub1", None),
                                        ("cub8", {"every": 2, "layers": "all"}),
-                                       ("cub4", {"every": 1, "layers": "embed_head"})])
+                                       ("cub4", {"every": 1, "layers": "embed_head"}), ("ternary", None),
+                                       pytest.param("ps_naive", None, marks=pytest.mark.slow),
+                                       pytest.param("ps_tree", None, marks=pytest.mark.slow)])
 def test_fused_lion_cub_equals_the_chunked_step_on_two_ranks(dist, name, sync):
     """Two gloo ranks with their own gradients: the fused step gives every rank the chunked step's parameters and
     momenta, momentum synchronisation included (2 ranks: the sum of two momenta has one order)."""

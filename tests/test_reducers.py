@@ -12,7 +12,7 @@ import torch.distributed as tdist
 from dist_pool import RankError
 from src.comm import make_reducer
 from src.comm.reducers.base import NonFiniteUpdateError
-from src.comm.reducers.pbit import stream_seed
+from src.comm.reducers.packed import stream_seed
 from src.quant import quantize
 
 SEED = 1234

@@ -135,7 +135,7 @@ def codec_work(name: str, options: dict, update: torch.Tensor, backend: str, wor
     def decode():
         reduction = reducer.begin(plan.layout.sizes, 1, device)
         for chunk in plan.chunks:
-            received = reducer.words(plan, chunk.index, device)[: chunk.length // k]
+            received = reducer.send_words(plan, chunk.index, device)[: chunk.length // k]
             out = direction_target(direction, chunk, reduction.scratch)
             write_chunk(direction, chunk, reducer.decode(reduction, chunk, received, out))
     return encode, decode

@@ -4,17 +4,13 @@ The p-bit reducers (`pbit`, `ps_naive`, `ps_tree`) widen their fields up to 16 b
 2**15 - 1 (src/comm/codecs/packing.py): votes run at up to 32767 ranks, L levels at up to 32767 // (2 L) (8-bit L1 with
 L = 15: 1092). D-Lion's averaging sends counts back in at most 8 bits: 255 ranks. Every other variant has no such
 bound (1-bit allreduce, gradient allreduces, the baselines). `reducer: auto` chooses among candidates of which one
-(`onebit`) has none. Used to name the limit where a launch or a resume asks for more ranks.
+(`onebit`) has none. Each reducer states its own bound (`Reducer.largest_world_size`), so a user's reducer states
+its own. Used to name the limit where a launch or a resume asks for more ranks.
 """
 from __future__ import annotations
 
-from src.comm import largest_world_size as pbit_largest_world_size
 from src.comm import make_reducer
-from src.comm.codecs.packing import field_max
 from src.optim.variant import Variant
-
-PBIT_FAMILY = ("pbit", "ps_naive", "ps_tree")
-DLION = ("dlion_naive", "dlion_tree", "dlion_allgather")
 
 
 def largest_world_size(variant: Variant) -> int | None:
@@ -24,12 +20,8 @@ def largest_world_size(variant: Variant) -> int | None:
         return None
     options = dict(variant.reducer)
     name = options.pop("name", None)
-    if name not in PBIT_FAMILY + DLION:
-        return None
     try:
         reducer = make_reducer(name, world_size=1, rank=0, **options)
     except ValueError:
         return None
-    if name in DLION:
-        return field_max(8) if reducer.vote == "average" else None
-    return pbit_largest_world_size(16, reducer.levels, reducer.votes)
+    return reducer.largest_world_size()

@@ -177,6 +177,10 @@ class Reducer:
         """Options this reducer runs with in place of the ones it was given (none here)."""
         return []
 
+    def largest_world_size(self) -> int | None:
+        """The most ranks this reducer's sums fit (None: no bound)."""
+        return None
+
     def wire_bytes(self, numel: int) -> int:
         """Bytes this rank sends to reduce an update of `numel` elements (the algorithms of Table 1)."""
         raise NotImplementedError

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from src.comm.reducers.base import VOTES, Reducer, check_choice, tie_value, votes_into
 from src.comm.transport.collectives import all_gather_flat
 from src.comm.transport.device import collective_device
-from src.comm.codecs.packing import FIELD_WIDTHS, pack, packed_numel, unpack
+from src.comm.codecs.packing import FIELD_WIDTHS, field_max, pack, packed_numel, unpack
 from src.comm.cost.wire_bytes import binomial_broadcast_bytes, binomial_gather_bytes, ring_allgather_bytes
 
 TIE_RULES = ("minus", "plus", "alternate")
@@ -143,6 +143,10 @@ class DistributedLionReducer(Reducer):
 
     def gathered_buffer(self, packed: torch.Tensor) -> torch.Tensor:
         return self.workspace.get("gathered", self.world_size * packed.numel(), torch.uint8, packed.device)
+
+    def largest_world_size(self) -> int | None:
+        """Averaging sends counts back in at most 8 bits: 255 ranks; majority vote has no bound."""
+        return field_max(8) if self.vote == "average" else None
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(world_size={self.world_size}, vote={self.vote}, zeros={self.zeros}, "

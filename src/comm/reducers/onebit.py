@@ -7,9 +7,10 @@
 4. an allgather into one flat tensor (`all_gather_single`, torch 2.14's name for `all_gather_into_tensor`) gives
    every rank every part; unpacking yields the +-1 direction.
 
-The work is a library of per-chunk operations (src/comm/reducers/chunked.py): `encode` is step 1, `exchange` steps 2-4
-(the all-to-all and allgather asynchronous), `decode` unpacks; the caller's pipeline overlaps encoding, voting and
-decoding with the wire. A chunk is a
+The reducer describes its words (`wire`, src/comm/reducers/wire.py: 1-bit votes out, one majority bit per element
+back) and runs steps 2-4 per chunk (`exchange`, the all-to-all and allgather asynchronous); step 1 and the unpacking
+are every packed reducer's (src/comm/reducers/packed.py), and the fused GPU step reads the same description; the
+caller's pipeline overlaps encoding, voting and decoding with the wire. A chunk is a
 multiple of `8 * world_size` elements, so that every rank's part is whole bytes; the vector is padded to such a
 multiple (the padding's votes are discarded). Majority vote only (an average cannot travel in 1 bit), so the
 result never holds a zero.
@@ -24,15 +25,15 @@ import torch
 import torch.distributed as dist
 
 from src.comm.codecs import reference as codec
-from src.comm.reducers.base import Reduction, check_choice, tie_value
-from src.comm.reducers.chunked import ChunkedReducer
-from src.comm.transport.pipeline import Chunk
 from src.comm.cost.wire_bytes import pairwise_all_to_all_bytes, ring_allgather_bytes
+from src.comm.reducers.base import Reduction, check_choice, tie_value
+from src.comm.reducers.packed import PackedReducer
+from src.comm.reducers.wire import WireFormat
 from src.comm.transport.collectives import all_gather_flat
+from src.comm.transport.pipeline import Chunk
 
 
-
-class OneBitReducer(ChunkedReducer):
+class OneBitReducer(PackedReducer):
     """`onebit`: all-to-all of 1-bit votes, local majority vote, allgather of 1-bit results."""
 
     name = "onebit"
@@ -50,20 +51,13 @@ class OneBitReducer(ChunkedReducer):
             raise ValueError(f"onebit supports vote='majority' only (an average does not fit 1 bit); got {vote!r}")
         check_choice("zeros rule", zeros, ("alternate", "plus", "minus"))
         self.zeros, self.bits = zeros, 1
-
-    def _align(self) -> int:
-        return 8 * self.world_size
+        # sent: 1-bit votes; received: one majority bit per element (S = 2 (T - 1/2) = +-1); chunks cut into
+        # world_size whole-byte parts
+        self.wire = WireFormat(codes="votes", bits=1, zeros=zeros, offset=0.5, majority=True,
+                               exchange_align=8 * self.world_size)
 
     def padded_numel(self, numel: int) -> int:
         return self.plan(numel).padded_numel
-
-    # --- the per-chunk operations (src/comm/reducers/chunked.py) ---------------------------------------------
-    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
-        """Step 1: the chunk's votes packed to 1 bit."""
-        sent = self.slot("sent", slot, reduction.plan.chunk // 8, torch.uint8, reduction.device)[: chunk.length // 8]
-        with self.timer.phase("quantize"):
-            reduction.codec(codec.encode_votes)(sent, values, tie_value(reduction.step, self.zeros) > 0, 1)
-        return sent
 
     def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
         """Steps 2-4: all-to-all of the parts, this rank's majority of its part, allgather of the majorities."""
@@ -77,12 +71,6 @@ class OneBitReducer(ChunkedReducer):
             reduction.codec(codec.majority_1bit)(mine, received, world, tie_value(reduction.step, self.zeros) > 0)
         yield all_gather_flat(gathered, mine, group=self.group, async_op=True)
         return gathered
-
-    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """The +-1 direction of the gathered majorities, in `out`."""
-        with self.timer.phase("quantize"):
-            reduction.codec(codec.decode_signs_1bit)(out, received)
-        return out
 
     def wire_bytes(self, numel: int) -> int:
         return self.padded_wire_bytes(self.padded_numel(numel))

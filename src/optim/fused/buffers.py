@@ -26,9 +26,10 @@ from typing import Sequence
 
 import torch
 
-from src.quant.blocks import BLOCK, BlockLayout
+from src.quant.blocks import BlockLayout
 
-HYPER_WIDTH = 8  # columns of a HyperTable row (6 used)
+HYPER_COLUMNS = ("beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "decay", "minus_lr")  # a row's columns
+HYPER_WIDTH = 8  # floats per HyperTable row (the columns, then padding)
 BETA1, ONE_MINUS_BETA1, BETA2, ONE_MINUS_BETA2, DECAY, NEG_LR = range(6)
 
 
@@ -152,7 +153,10 @@ class HyperTable:
     def row(lr: float, weight_decay: float, beta1: float, beta2: float) -> list[float]:
         """The numbers torch's foreach ops use: each Python float (double) rounded once to float32."""
         decay = 1.0 - lr * weight_decay if weight_decay != 0.0 else 1.0
-        return [beta1, 1.0 - beta1, beta2, 1.0 - beta2, decay, -lr, 0.0, 0.0]
+        columns = {"beta1": beta1, "one_minus_beta1": 1.0 - beta1, "beta2": beta2, "one_minus_beta2": 1.0 - beta2,
+                   "decay": decay, "minus_lr": -lr}
+        row = [columns[name] for name in HYPER_COLUMNS]
+        return row + [0.0] * (HYPER_WIDTH - len(row))
 
     def update(self, rows: Sequence[Sequence[float]]) -> None:
         """Upload the groups' rows where they changed (asynchronously from pinned memory on a GPU)."""

@@ -26,24 +26,59 @@ import triton.language as tl
 
 from src.comm.codecs.triton_kernels import (direction_of, field_of, fma, fold_sum_rows, level_fields, max_rows,
                                             sign_fields, sign_of, vote_fields)
+from src.optim.fused.buffers import HYPER_COLUMNS, HYPER_WIDTH
 
 VOTES, SIGNS, LEVELS_KIND = 0, 1, 2  # what a Lion Cub bucket sends per element (cub_encode's KIND)
+# the hyperparameter table's columns (buffers.HyperTable), as constants the kernels can read
+ROW = tl.constexpr(HYPER_WIDTH)
+BETA1 = tl.constexpr(HYPER_COLUMNS.index("beta1"))
+ONE_MINUS_BETA1 = tl.constexpr(HYPER_COLUMNS.index("one_minus_beta1"))
+BETA2 = tl.constexpr(HYPER_COLUMNS.index("beta2"))
+ONE_MINUS_BETA2 = tl.constexpr(HYPER_COLUMNS.index("one_minus_beta2"))
+DECAY = tl.constexpr(HYPER_COLUMNS.index("decay"))
+MINUS_LR = tl.constexpr(HYPER_COLUMNS.index("minus_lr"))
+
+
+def block_maximum(method: str) -> bool:
+    """cub_stats' MAXIMUM for a scaled method: the block's largest |c| (log) or its sum (l1)."""
+    if method == "l1":
+        return False
+    if method == "log":
+        return True
+    raise ValueError(f"the fused step has no block statistic for quant {method!r}")
+
+
+def code_kind(codes: str) -> int:
+    """cub_encode's KIND for a wire format's codes (src/comm/reducers/wire.py)."""
+    if codes == "votes":
+        return VOTES
+    if codes == "signs":
+        return SIGNS
+    if codes == "levels":
+        return LEVELS_KIND
+    raise ValueError(f"the fused encode has no kind for codes {codes!r}")
 
 
 @triton.jit
 def _row(hyper_ptr, group, COLUMN: tl.constexpr):
-    """Column COLUMN of the hyperparameter rows of `group` (buffers.HyperTable, 8 columns)."""
-    return tl.load(hyper_ptr + group * 8 + COLUMN)
+    """Column COLUMN of the hyperparameter rows of `group` (buffers.HyperTable)."""
+    return tl.load(hyper_ptr + group * ROW + COLUMN)
 
 
 @triton.jit
 def _update_vector(m, g, group, hyper_ptr, FMA: tl.constexpr):
-    return fma(_row(hyper_ptr, group, 1), g, m * _row(hyper_ptr, group, 0), FMA)
+    return fma(_row(hyper_ptr, group, ONE_MINUS_BETA1), g, m * _row(hyper_ptr, group, BETA1), FMA)
 
 
 @triton.jit
 def _momentum(m, g, group, hyper_ptr, FMA: tl.constexpr):
-    return fma(_row(hyper_ptr, group, 3), g, m * _row(hyper_ptr, group, 2), FMA)
+    return fma(_row(hyper_ptr, group, ONE_MINUS_BETA2), g, m * _row(hyper_ptr, group, BETA2), FMA)
+
+
+@triton.jit
+def _decayed_step(p, d, group, hyper_ptr, FMA: tl.constexpr):
+    """p <- fma(-lr, d, p * (1 - lr * wd))."""
+    return fma(_row(hyper_ptr, group, MINUS_LR), d, p * _row(hyper_ptr, group, DECAY), FMA)
 
 
 @triton.jit
@@ -106,24 +141,20 @@ def cub_encode(words_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, inverse_ptr, m_wor
 
 
 @triton.jit
-def cub_apply(p_ptr, words_ptr, group_ptr, hyper_ptr, m_words, first_block, offset, divisor, ONEBIT: tl.constexpr,
-              BITS: tl.constexpr, K: tl.constexpr, VOTES: tl.constexpr, MAJORITY: tl.constexpr,
-              RECIPROCAL: tl.constexpr, FMA: tl.constexpr, WORDS: tl.constexpr):
-    """p <- p (1 - lr wd) - lr d for the K m_words elements of a bucket, d decoded from the summed words (onebit:
-    +1 where the majority bit is set, -1 elsewhere)."""
+def cub_apply(p_ptr, words_ptr, group_ptr, hyper_ptr, m_words, first_block, offset, divisor, BITS: tl.constexpr,
+              K: tl.constexpr, VOTES: tl.constexpr, MAJORITY: tl.constexpr, RECIPROCAL: tl.constexpr,
+              FMA: tl.constexpr, WORDS: tl.constexpr):
+    """p <- p (1 - lr wd) - lr d for the K m_words elements of a bucket, d decoded from the received words (fields of
+    BITS bits: S = T - offset, 2 (T - offset) for votes; sign(S) or S / divisor: the wire format's rule)."""
     w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
     inside = w < m_words
     word = tl.load(words_ptr + w, mask=inside, other=0).to(tl.int32)
     for j in tl.static_range(K):
         e = j * m_words + w
-        if ONEBIT:
-            d = ((word >> j) & 1).to(tl.float32) * 2.0 - 1.0
-        else:
-            d = direction_of(field_of(word, j, BITS), offset, divisor, VOTES, MAJORITY, RECIPROCAL)
+        d = direction_of(field_of(word, j, BITS), offset, divisor, VOTES, MAJORITY, RECIPROCAL)
         group = tl.load(group_ptr + first_block + e // 128, mask=inside, other=0)
         p = tl.load(p_ptr + e, mask=inside, other=0.0)
-        updated = fma(_row(hyper_ptr, group, 5), d, p * _row(hyper_ptr, group, 4), FMA)
-        tl.store(p_ptr + e, updated, mask=inside)
+        tl.store(p_ptr + e, _decayed_step(p, d, group, hyper_ptr, FMA), mask=inside)
 
 
 @triton.jit
@@ -137,5 +168,5 @@ def lion_update(p_ptr, m_ptr, sum_ptr, group_ptr, hyper_ptr, n, world_size, FMA:
     m = tl.load(m_ptr + e, mask=inside, other=0.0)
     p = tl.load(p_ptr + e, mask=inside, other=0.0)
     d = sign_of(_update_vector(m, g, group, hyper_ptr, FMA))
-    tl.store(p_ptr + e, fma(_row(hyper_ptr, group, 5), d, p * _row(hyper_ptr, group, 4), FMA), mask=inside)
+    tl.store(p_ptr + e, _decayed_step(p, d, group, hyper_ptr, FMA), mask=inside)
     tl.store(m_ptr + e, _momentum(m, g, group, hyper_ptr, FMA), mask=inside)

@@ -6,8 +6,11 @@ parameters, gradients and momenta are views of flat buffers (src/optim/fused/buf
 the wire (`BUCKET` elements: 32 MiB of 4-bit fields), and each bucket takes:
   1. `cub_encode` (one kernel): read m and g, write the new m and the packed Q(c) (c = beta1 m + (1 - beta1) g);
   2. the reducer's collective(s) on the words (`reducer.exchange`: pbit's SUM allreduce; onebit's all-to-all, its
-     Triton majority kernel and allgather), asynchronous, two buckets in flight (src/comm/transport/pipeline.py);
-  3. `cub_apply` (one kernel): read the summed words and p, write p.
+     Triton majority kernel and allgather; the parameter servers' sends or gather and broadcast), asynchronous, two
+     buckets in flight (src/comm/transport/pipeline.py);
+  3. `cub_apply` (one kernel): read the received words and p, write p.
+The step reads the reducer's wire format (`reducer.wire`, src/comm/reducers/wire.py: the codes, field widths, the
+sum rule) and calls its `exchange`, nothing else, so any packed reducer (src/comm/reducers/packed.py) runs here.
 Per-layer scales (quant l1 or log) need every layer's statistics before its first code: one `cub_stats` kernel over
 all parameters first (a second read of m and g), then the scales with the same torch functions the reference uses
 (src.quant.blocks.segment_inverse: a few launches for the whole vector). So a step is 2 launches per bucket plus a
@@ -21,9 +24,10 @@ of chunks), which changes nothing per element: votes and codes are per element, 
 The words on the wire are then those of another permutation, the same codes; the parameters and momenta after a
 step equal the chunked path's bit for bit on the same device (src/comm/codecs/backend.py `float_rules`), except
 momentum sync at 3 or more ranks, where the collective may add the ranks' momenta in another order (ranks still
-agree bit for bit). Which reducers: `pbit` (sign votes, exact-zero signs, l1 and log levels) and `onebit`; the
-parameter servers, stochastic rounding (linf: its noise is drawn chunk by chunk from torch's generator) and the
-neighbours' reducers keep the chunked step.
+agree bit for bit). Which reducers: every reducer with a wire format (pbit, onebit, the parameter servers, a
+user's packed reducer) whose codes the kernels have (sign votes, exact-zero signs, l1 and log levels); stochastic
+rounding (linf: its noise is drawn chunk by chunk from torch's generator) and the reducers without a packed wire
+format (full precision, the neighbours' reducers) keep the chunked step.
 Deliberate difference from the paper: its step also runs kernel by kernel per layer (CuPy); ours is fused.
 """
 from __future__ import annotations
@@ -37,10 +41,10 @@ import triton
 
 from src.comm.codecs import triton_kernels
 from src.comm.codecs.backend import float_rules
-from src.comm.codecs.packing import fields_per_word
 from src.comm.reducers.base import NonFiniteUpdateError, Reduction, tie_value
-from src.comm.reducers.onebit import OneBitReducer
-from src.comm.reducers.pbit import PBitReducer
+from src.comm.reducers.packed import PackedReducer
+from src.comm.reducers.scales import segment_tables, tables_bytes
+from src.comm.reducers.wire import WireFormat
 from src.comm.transport.pipeline import Chunk, ChunkPlan, run_pipeline
 from src.optim.chunked_step import StepRun
 from src.optim.fused import kernels
@@ -54,12 +58,14 @@ MOMENTUM_BLOCK = 4096  # elements per program of `cub_momentum`
 
 def unsupported(reducer, params: Sequence[torch.Tensor], names: Sequence[str]) -> str | None:
     """Why the fused step cannot run this reducer on these parameters (None: it can)."""
-    if type(reducer) not in (PBitReducer, OneBitReducer):
-        return f"the fused step runs pbit and onebit, not {reducer.name}"
-    if isinstance(reducer, PBitReducer) and reducer.quant in ("linf", "linf_nozero"):
-        return f"quant {reducer.quant} draws its rounding noise from torch's generator chunk by chunk"
-    if isinstance(reducer, PBitReducer) and reducer.scaled and reducer.quant not in triton_kernels.METHODS:
-        return f"the fused kernels have no code for quant {reducer.quant}"
+    wire = getattr(reducer, "wire", None)
+    if not isinstance(wire, WireFormat):
+        return (f"{reducer.name} has no packed wire format (`wire`, src/comm/reducers/wire.py), which the fused "
+                "kernels encode and decode")
+    if wire.stochastic:
+        return f"quant {wire.method} draws its rounding noise from torch's generator chunk by chunk"
+    if wire.scaled and wire.method not in triton_kernels.METHODS:
+        return f"the fused kernels have no code for quant {wire.method}"
     return check_flat(params, names)
 
 
@@ -70,20 +76,20 @@ class FusedLionCub:
     fused = True
 
     def __init__(self, params: Sequence[torch.nn.Parameter], names: Sequence[str], group_of: Sequence[int],
-                 groups: int, reducer: PBitReducer | OneBitReducer, timer):
-        self.reducer, self.timer = reducer, timer
+                 groups: int, reducer: PackedReducer, timer):
+        self.reducer, self.timer, self.wire = reducer, timer, reducer.wire
         device = params[0].device
         self.device, self.rules = device, float_rules(device)
         bucket = BUCKET if reducer.requested_chunk == "auto" else reducer.requested_chunk
-        align = math.lcm(reducer._align(), BLOCK)
-        self.plan = ChunkPlan([p.numel() for p in params], bucket, align, BLOCK)
+        self.plan = ChunkPlan([p.numel() for p in params], bucket, math.lcm(self.wire.align, BLOCK), BLOCK)
         self.buffers = FlatBuffers(params, names, self.plan.layout, self.plan.padded_numel)
         nblocks = self.plan.padded_numel // BLOCK
         self.group_of_block = block_table(self.plan.layout, nblocks, group_of, 0, device)
         self.hyper = HyperTable(groups, device)
-        self.onebit = isinstance(reducer, OneBitReducer)
-        self.scaled = not self.onebit and reducer.scaled
-        self.bits = 1 if self.onebit else reducer.bits
+        self.scaled = self.wire.scaled
+        self.tables: dict = {}  # the per-layer scales' segment tables (src/comm/reducers/scales.py)
+        self._words: dict[int, torch.Tensor] = {}  # the sent words of each pipeline slot
+        self._stats: torch.Tensor | None = None  # every block's statistic (scaled codes)
         self._selection: tuple = (None, None)  # the momentum sync's chosen blocks: (which parameters, block indices)
 
     def new_momentum(self, k: int) -> torch.Tensor:
@@ -122,9 +128,10 @@ class FusedLionCub:
         """m <- beta2 m + (1 - beta2) g over the whole momentum buffer (`cub_momentum`)."""
         n = self.buffers.momenta.numel()
         with self.timer.phase("update"):
-            triton_kernels.launch(kernels.cub_momentum, (triton.cdiv(n, MOMENTUM_BLOCK),), self.buffers.momenta,
-                                  self.buffers.grads, self.group_of_block, self.hyper.table, n, FMA=self.rules.fma,
-                                  BLOCK=MOMENTUM_BLOCK, num_warps=NUM_WARPS)
+            triton_kernels.launch(kernels.cub_momentum, (triton.cdiv(n, MOMENTUM_BLOCK),),
+                                  m_ptr=self.buffers.momenta, g_ptr=self.buffers.grads,
+                                  group_ptr=self.group_of_block, hyper_ptr=self.hyper.table, n=n,
+                                  FMA=self.rules.fma, BLOCK=MOMENTUM_BLOCK, num_warps=NUM_WARPS)
 
     def _check_finite(self, step: int) -> None:
         """The opt-in non-finite check (a host synchronisation): c is finite where m and g are."""
@@ -137,16 +144,19 @@ class FusedLionCub:
 
     def _inverse_scales(self) -> torch.Tensor:
         """Every block's inverse scale: block statistics of c (one kernel), then the reference's segment scales."""
-        reducer, layout = self.reducer, self.plan.layout
-        segment_of_block, blocks_per_segment, sizes, _ = reducer.scale_tables(self.plan, self.device)
-        stats = reducer.workspace.get("block_stats", layout.nblocks, torch.float32, self.device)
+        wire, layout = self.wire, self.plan.layout
+        segment_of_block, blocks_per_segment, sizes, _ = segment_tables(self.plan, self.device, self.tables)
+        if self._stats is None:
+            self._stats = torch.empty(layout.nblocks, dtype=torch.float32, device=self.device)
+        stats = self._stats
         if layout.nblocks:
             rows = triton_kernels.stat_rows(self.rules.gpu)
-            triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, rows),), stats,
-                                  self.buffers.momenta, self.buffers.grads, self.group_of_block, self.hyper.table,
-                                  layout.nblocks, reducer.quant != "l1", self.rules.fma, rows,
-                                  num_warps=NUM_WARPS)
-        inverse = segment_inverse(stats, blocks_per_segment, sizes, reducer.quant, reducer.levels)
+            triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, rows),), stats_ptr=stats,
+                                  m_ptr=self.buffers.momenta, g_ptr=self.buffers.grads,
+                                  group_ptr=self.group_of_block, hyper_ptr=self.hyper.table,
+                                  nblocks=layout.nblocks, MAXIMUM=kernels.block_maximum(wire.method),
+                                  FMA=self.rules.fma, ROWS=rows, num_warps=NUM_WARPS)
+        inverse = segment_inverse(stats, blocks_per_segment, sizes, wire.method, wire.levels)
         return torch.index_select(torch.cat([inverse, inverse.new_zeros(1)]), 0, segment_of_block)
 
     def bucket_step(self, reduction: Reduction, chunk: Chunk, slot: int, momentum: bool = True):
@@ -158,43 +168,47 @@ class FusedLionCub:
         with self.timer.phase("update"):
             self._apply(reduction, chunk, received)
 
+    def _send_words(self, slot: int) -> torch.Tensor:
+        """Slot `slot`'s words, sized for a whole bucket."""
+        if slot not in self._words:
+            self._words[slot] = torch.empty(self.plan.chunk // self.wire.fields_per_word, dtype=self.wire.word_dtype,
+                                            device=self.device)
+        return self._words[slot]
+
     def _encode(self, reduction: Reduction, chunk: Chunk, slot: int, momentum: bool = True) -> torch.Tensor:
         """`cub_encode` of the bucket into the slot's words (the momentum written with `momentum`)."""
-        reducer, k = self.reducer, fields_per_word(self.bits)
+        wire, k = self.wire, self.wire.fields_per_word
         m_words, end = chunk.length // k, chunk.start + chunk.length
-        if self.onebit:
-            words = reducer.slot("sent", slot, self.plan.chunk // 8, torch.uint8, self.device)[:m_words]
-            kind, method, levels = kernels.VOTES, 0, 1
-        else:
-            words = reducer.words(self.plan, slot, self.device)[:m_words]
-            kind = kernels.VOTES if reducer.votes else kernels.LEVELS_KIND if self.scaled else kernels.SIGNS
-            method = triton_kernels.METHODS[reducer.quant] if self.scaled else 0  # sign codes read no method
-            levels = reducer.levels
-        inverse = reduction.inverse if self.scaled else self.buffers.grads
-        positive = tie_value(reduction.step, reducer.zeros) > 0 if kind == kernels.VOTES else True
+        words = self._send_words(slot)[:m_words]
+        kind = kernels.code_kind(wire.codes)
+        positive = tie_value(reduction.step, wire.zeros) > 0 if wire.codes == "votes" else True
         words_per_program = triton_kernels.tile(self.rules.gpu) // k
-        triton_kernels.launch(kernels.cub_encode, (max(triton.cdiv(m_words, words_per_program), 1),), words,
-                              self.buffers.momenta[chunk.start: end], self.buffers.grads[chunk.start: end],
-                              self.group_of_block, self.hyper.table, inverse, m_words, chunk.start // BLOCK, kind,
-                              positive, method, levels, self.bits, k, self.rules.fma, self.rules.gpu,
-                              words_per_program, WRITE_M=momentum, num_warps=NUM_WARPS)
+        triton_kernels.launch(kernels.cub_encode, (max(triton.cdiv(m_words, words_per_program), 1),),
+                              words_ptr=words, m_ptr=self.buffers.momenta[chunk.start: end],
+                              g_ptr=self.buffers.grads[chunk.start: end], group_ptr=self.group_of_block,
+                              hyper_ptr=self.hyper.table,
+                              inverse_ptr=reduction.inverse if wire.scaled else self.buffers.grads,  # read if scaled
+                              m_words=m_words, first_block=chunk.start // BLOCK, KIND=kind, POSITIVE=positive,
+                              METHOD=triton_kernels.METHODS[wire.method] if wire.scaled else 0,  # signs read none
+                              LEVELS=wire.levels, BITS=wire.bits, K=k, FMA=self.rules.fma, GPU=self.rules.gpu,
+                              WORDS=words_per_program, WRITE_M=momentum, num_warps=NUM_WARPS)
         return words
 
     def _apply(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor) -> None:
-        """`cub_apply` of the bucket's summed words (onebit: the gathered majorities)."""
-        reducer, k = self.reducer, fields_per_word(self.bits)
+        """`cub_apply` of the bucket's received words (the wire format's sum rule)."""
+        wire, k = self.wire, self.wire.result_fields_per_word
         m_words = chunk.length // k
-        votes = self.onebit or reducer.votes
-        offset, divisor = (0.0, 1.0) if self.onebit else reducer.sum_rule()  # onebit: +-1 from its bits alone
-        majority = self.onebit or reducer.vote == "majority"
-        if self.rules.reciprocal_divide and not majority:
+        divisor = wire.divisor
+        if self.rules.reciprocal_divide and not wire.majority:
             divisor = triton_kernels.float32_reciprocal(divisor)
         words_per_program = triton_kernels.tile(self.rules.gpu) // k
         end = chunk.start + chunk.length
         triton_kernels.launch(kernels.cub_apply, (max(triton.cdiv(m_words, words_per_program), 1),),
-                              self.buffers.params[chunk.start: end], received, self.group_of_block, self.hyper.table,
-                              m_words, chunk.start // BLOCK, offset, divisor, self.onebit, self.bits, k, votes,
-                              majority, self.rules.reciprocal_divide, self.rules.fma, words_per_program,
+                              p_ptr=self.buffers.params[chunk.start: end], words_ptr=received,
+                              group_ptr=self.group_of_block, hyper_ptr=self.hyper.table, m_words=m_words,
+                              first_block=chunk.start // BLOCK, offset=float(wire.offset), divisor=float(divisor),
+                              BITS=wire.result_bits, K=k, VOTES=wire.codes == "votes", MAJORITY=wire.majority,
+                              RECIPROCAL=self.rules.reciprocal_divide, FMA=self.rules.fma, WORDS=words_per_program,
                               num_warps=NUM_WARPS)
 
     # --- momentum synchronisation (Section 5) -------------------------------------------------------------------
@@ -235,7 +249,10 @@ class FusedLionCub:
         run_pipeline(plan.chunks, stages, self.timer)
 
     def buffer_bytes(self) -> int:
-        """The tables kept between steps (the wire buffers are the reducer's; the flat buffers replace parameters,
-        gradients and momenta)."""
-        return self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4
+        """The tables, block statistics and sent words kept between steps (the exchange's buffers are the reducer's;
+        the flat buffers replace parameters, gradients and momenta)."""
+        words = sum(w.numel() * w.element_size() for w in self._words.values())
+        stats = 0 if self._stats is None else self._stats.numel() * 4
+        return (self.group_of_block.numel() * 4 + self.hyper.table.numel() * 4 + words + stats
+                + tables_bytes(self.tables))
 

@@ -1,0 +1,145 @@
+"""Reducers of packed low-bit fields: the per-chunk encode and decode of a described wire format (Lion Cub,
+Sections 3.1, 3.2, 4.2 and 6).
+
+A subclass sets `self.wire` (a `WireFormat`, src/comm/reducers/wire.py) in its constructor and writes `exchange`
+(its collectives on the packed words of one chunk) and `wire_bytes`; everything else comes from here and reads only
+`self.wire`:
+- `encode`: the chunk's codes (votes, signs or scaled levels) packed into the slot's words in one pass, by the
+  reduction's backend (torch, the C loops or Triton: src/comm/codecs/backend.py); per-layer scales from the block
+  statistics of the chunks `statistics_wanted` names (src/comm/reducers/scales.py); stochastic rounding from a
+  stream seeded from (seed, rank, step);
+- `decode`: the received fields to the direction (sign of the sums, or their average).
+The fused GPU step (src/optim/fused/lion_cub.py) reads the same description and calls the same `exchange`, so a
+subclass runs on the chunked CPU step, the C loops, the overlapped steps and the fused step alike.
+Deliberate difference from the paper: one encoder and one decoder for every packed reducer instead of one pair per
+reducer (the paper's CuPy kernels).
+"""
+from __future__ import annotations
+
+import torch
+
+from src.comm.codecs import native
+from src.comm.codecs import reference as codec
+from src.comm.reducers.base import Reduction, tie_value
+from src.comm.reducers.chunked import ChunkedReducer
+from src.comm.reducers.scales import Scales, tables_bytes
+from src.comm.reducers.wire import WireFormat
+from src.comm.transport.pipeline import Chunk, ChunkPlan
+
+
+def stream_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of a rank's stochastic-rounding stream at `step`."""
+    return ((seed * 100_003 + rank) * 1_000_003 + step) % (1 << 63)
+
+
+class PackedReducer(ChunkedReducer):
+    """Base of the reducers whose words are described by `self.wire`; subclasses give `wire`, `exchange` and
+    `wire_bytes` (and `seed` where the codes round stochastically)."""
+
+    wire: WireFormat
+    seed: int = 0
+
+    def __init__(self, group=None, **options):
+        super().__init__(group, **options)
+        self.tables: dict = {}  # segment tables per plan and device (src/comm/reducers/scales.py)
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    # --- layout ---------------------------------------------------------------------------------------------
+    def _align(self) -> int:
+        return self.wire.align
+
+    def _block(self) -> int:
+        return self.wire.block
+
+    def send_words(self, plan: ChunkPlan, slot: int, device: torch.device) -> torch.Tensor:
+        """Slot `slot`'s words for a chunk of `plan` (sized for the largest chunk)."""
+        return self.slot("words", slot, plan.chunk // self.wire.fields_per_word, self.wire.word_dtype, device)
+
+    # --- the per-chunk operations (src/comm/reducers/chunked.py) ---------------------------------------------
+    def begin(self, sizes, step: int, device: torch.device, checked: bool = False) -> Reduction:
+        """A reduction with this step's per-layer scales (scaled codes) and rounding stream (stochastic codes)."""
+        reduction = super().begin(sizes, step, device, checked)
+        if self.wire.scaled:
+            reduction.scales = Scales(self, reduction.plan, reduction.device, reduction.backend)
+        if self.wire.stochastic:
+            generator = self._generators.get(reduction.device)
+            if generator is None:
+                generator = self._generators[reduction.device] = torch.Generator(device=reduction.device)
+            reduction.generator = generator.manual_seed(stream_seed(self.seed, self.rank, reduction.step))
+        return reduction
+
+    def statistics_wanted(self, reduction: Reduction, chunk: Chunk):
+        """The chunks through the one that ends the last layer `chunk` holds, not observed yet (scaled only)."""
+        return reduction.scales.wanted(chunk) if self.wire.scaled else ()
+
+    def observe(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor) -> None:
+        reduction.scales.observe(chunk, values)
+
+    def observe_vector(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor) -> None:
+        """The block statistics from the chunk's pieces of the flat vector: |x| goes straight into the scratch (which
+        the encode that follows overwrites), with no padded copy of the values first."""
+        reduction.scales.observe_pieces(chunk, [(vector[p.unpadded: p.unpadded + p.length], p.at)
+                                                for p in chunk.pieces], reduction.scratch[: chunk.length])
+
+    def _encode(self, reduction: Reduction, chunk: Chunk, values: torch.Tensor, slot: int) -> torch.Tensor:
+        """The chunk's codes, packed into the slot's words (one fused pass)."""
+        wire = self.wire
+        words = self.send_words(reduction.plan, slot, reduction.device)[: chunk.length // wire.fields_per_word]
+        with self.timer.phase("quantize"):
+            if wire.codes == "votes":
+                reduction.codec(codec.encode_votes)(words, values, tie_value(reduction.step, wire.zeros) > 0,
+                                                    wire.bits)
+            elif wire.codes == "signs":
+                reduction.codec(codec.encode_signs)(words, values, wire.bits)
+            elif wire.codes == "levels":
+                inverse = reduction.scales.for_chunk(chunk)
+                noise = self._noise(chunk, reduction) if wire.stochastic else None
+                reduction.codec(codec.encode_levels)(words, values, inverse, noise, wire.method, wire.levels,
+                                                     wire.bits)
+            else:
+                raise ValueError(f"{self.name}: no encoder for codes {wire.codes!r}")
+        return words
+
+    def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
+        """L1 codes of a padded chunk straight from its pieces of the flat vector, with the explicit CPU loop
+        (src/comm/codecs/native.py; the native backend only, the same words as the padded copy's encode); else
+        None."""
+        wire = self.wire
+        if (wire.method != "l1" or reduction.backend != "native" or vector.device.type != "cpu"
+                or (self.check_finite and not reduction.checked) or native.library() is None):
+            return None
+        words = self.send_words(reduction.plan, slot, reduction.device)[: chunk.length // wire.fields_per_word]
+        inverse = reduction.scales.for_chunk(chunk)
+        pieces = [(vector[p.unpadded: p.unpadded + p.length], p.at) for p in chunk.pieces]
+        with self.timer.phase("quantize"):
+            done = native.encode_levels_pieces(words, pieces, chunk.length, inverse, None, "l1", wire.levels,
+                                               wire.bits)
+        return words if done else None
+
+    def _noise(self, chunk: Chunk, reduction: Reduction) -> torch.Tensor:
+        """Uniform noise for the chunk's valid elements, drawn in flat order (the stream of `quantize`'s draw)."""
+        noise = self.workspace.get("noise", reduction.plan.chunk, torch.float32, reduction.device)[: chunk.length]
+        drawn = self.workspace.get("drawn", reduction.plan.chunk, torch.float32, reduction.device)
+        valid = drawn[: sum(p.length for p in chunk.pieces)].uniform_(generator=reduction.generator)
+        noise.zero_()
+        if chunk.pieces:
+            starts = [0]
+            for p in chunk.pieces[:-1]:
+                starts.append(starts[-1] + p.length)
+            torch._foreach_copy_([noise[p.at: p.at + p.length] for p in chunk.pieces],
+                                 [valid[s: s + p.length] for s, p in zip(starts, chunk.pieces)])
+        return noise
+
+    def decode(self, reduction: Reduction, chunk: Chunk, received: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """From the chunk's received fields to its direction, in `out`."""
+        wire = self.wire
+        with self.timer.phase("quantize"):
+            if wire.result_bits == 1 and wire.codes == "votes" and wire.majority and wire.offset == 0.5:
+                reduction.codec(codec.decode_signs_1bit)(out, received)  # one majority bit: +-1, the same values
+            else:
+                reduction.codec(codec.decode_sums)(out, received, wire.result_bits, wire.offset,
+                                                    wire.codes == "votes", wire.majority, wire.divisor)
+        return out
+
+    def buffer_bytes(self) -> int:
+        return super().buffer_bytes() + tables_bytes(self.tables)
