@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -36,7 +37,8 @@ ZEROS = ("alternate", "plus", "minus")
 
 @dataclass(frozen=True)
 class WireFormat:
-    """The packed words a reducer sends and receives (see the module docstring for each field)."""
+    """The packed words a reducer sends and receives (see the module docstring for each field; the derived values
+    are computed once: the fused step reads them per bucket)."""
 
     codes: str
     bits: int
@@ -74,39 +76,39 @@ class WireFormat:
         if not isinstance(self.exchange_align, int) or self.exchange_align < 1:
             raise ValueError(f"wire format: exchange_align must be a positive integer, got {self.exchange_align!r}")
 
-    @property
+    @cached_property
     def result_bits(self) -> int:
         """The field width of the words `exchange` returns."""
         return self.bits if self.received_bits is None else self.received_bits
 
-    @property
+    @cached_property
     def scaled(self) -> bool:
         """Whether the codes carry per-layer scales (and so need every layer's block statistics first)."""
         return self.codes == "levels"
 
-    @property
+    @cached_property
     def stochastic(self) -> bool:
         """Whether the codes round stochastically (noise drawn per step from a seeded stream)."""
         return self.scaled and self.method in STOCHASTIC_METHODS
 
-    @property
+    @cached_property
     def block(self) -> int:
         """Segments are padded to multiples of this many elements (the blocks of the per-layer scales)."""
         return BLOCK if self.scaled else 1
 
-    @property
+    @cached_property
     def fields_per_word(self) -> int:
         return fields_per_word(self.bits)
 
-    @property
+    @cached_property
     def word_dtype(self) -> torch.dtype:
         return word_dtype(self.bits)
 
-    @property
+    @cached_property
     def result_fields_per_word(self) -> int:
         return fields_per_word(self.result_bits)
 
-    @property
+    @cached_property
     def align(self) -> int:
         """Chunks (and the fused step's buckets) are whole multiples of this many elements."""
         return math.lcm(self.fields_per_word * self.block, self.result_fields_per_word, self.exchange_align)
