@@ -171,7 +171,7 @@ def test_an_older_findings_json_is_not_read_as_a_verdict(tmp_path):
         {"claim": "old claim", "measured": "1", "holds": True}]}))
     index = write_index([], out, 0.0, [load_manifest(path, "laptop")]).read_text()   # drawn by an earlier version
     assert "old claim" not in index and "findings.json is of format 1" in index
-    assert f"`make figures FIGS=figX FIGURES_ARGS=--no-run`" in index
+    assert "`make figures FIGS=figX FIGURES_ARGS=--no-run`" in index
 
 
 def test_unshown_reasons_come_from_the_manifest(tmp_path):
