@@ -72,9 +72,6 @@ class OneBitReducer(PackedReducer):
         yield all_gather_flat(gathered, mine, group=self.group, async_op=True)
         return gathered
 
-    def wire_bytes(self, numel: int) -> int:
-        return self.padded_wire_bytes(self.padded_numel(numel))
-
     def padded_wire_bytes(self, padded_numel: int) -> int:
         """Bytes sent for a padded vector of `padded_numel` votes (another layout's, e.g. the fused step's)."""
         packed = padded_numel // 8

@@ -2,7 +2,7 @@
 Sections 3.1, 3.2, 4.2 and 6).
 
 A subclass sets `self.wire` (a `WireFormat`, src/comm/reducers/wire.py) in its constructor and writes `exchange`
-(its collectives on the packed words of one chunk) and `wire_bytes`; everything else comes from here and reads only
+(its collectives on the packed words of one chunk) and `padded_wire_bytes` (what it sends for a padded vector); everything else comes from here and reads only
 `self.wire`:
 - `encode`: the chunk's codes (votes, signs or scaled levels) packed into the slot's words in one pass, by the
   reduction's backend (torch, the C loops or Triton: src/comm/codecs/backend.py); per-layer scales from the block
@@ -34,7 +34,7 @@ def stream_seed(seed: int, rank: int, step: int) -> int:
 
 class PackedReducer(ChunkedReducer):
     """Base of the reducers whose words are described by `self.wire`; subclasses give `wire`, `exchange` and
-    `wire_bytes` (and `seed` where the codes round stochastically)."""
+    `padded_wire_bytes` (and `seed` where the codes round stochastically)."""
 
     wire: WireFormat
     seed: int = 0
@@ -140,6 +140,14 @@ class PackedReducer(ChunkedReducer):
                 reduction.codec(codec.decode_sums)(out, received, wire.result_bits, wire.offset,
                                                     wire.codes == "votes", wire.majority, wire.divisor)
         return out
+
+    def wire_bytes(self, numel: int) -> int:
+        return self.padded_wire_bytes(self.plan(numel).padded_numel)
+
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """Bytes this rank sends for a padded vector of `padded_numel` elements, in any layout's chunks (the fused
+        step pads its buckets differently); every packed reducer states it."""
+        raise NotImplementedError(f"{self.name}: a packed reducer states padded_wire_bytes(padded_numel)")
 
     def buffer_bytes(self) -> int:
         return super().buffer_bytes() + tables_bytes(self.tables)

@@ -32,8 +32,6 @@ class _ParameterServer(PBitReducer):
         buf = self.slot("parts", slot, self.world_size * per_rank, word_dtype(self.bits), reduction.device)
         return buf.view(self.world_size, per_rank)[:, :nwords]
 
-    def wire_bytes_of(self, numel: int) -> int:
-        return packed_bytes(self.plan(numel).padded_numel, self.bits)
 
 
 def _server_sum(parts: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -63,8 +61,9 @@ class NaiveParameterServer(_ParameterServer):
         yield receive
         return result
 
-    def wire_bytes(self, numel: int) -> int:
-        nbytes = self.wire_bytes_of(numel)
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """Workers send their words once; the server sends the sum back to each of them."""
+        nbytes = packed_bytes(padded_numel, self.bits)
         return (self.world_size - 1) * nbytes if self.rank == 0 else nbytes
 
 
@@ -82,7 +81,8 @@ class TreeParameterServer(_ParameterServer):
         yield dist.broadcast(words, src=server, group=self.group, async_op=True)
         return words
 
-    def wire_bytes(self, numel: int) -> int:
-        nbytes = self.wire_bytes_of(numel)
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """A binomial gather of the words and a binomial broadcast of their sum."""
+        nbytes = packed_bytes(padded_numel, self.bits)
         return (binomial_gather_bytes(nbytes, self.world_size, self.rank)
                 + binomial_broadcast_bytes(nbytes, self.world_size, self.rank))

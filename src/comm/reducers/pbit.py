@@ -108,9 +108,6 @@ class PBitReducer(PackedReducer):
         yield dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         return wire
 
-    def wire_bytes(self, numel: int) -> int:
-        return self.padded_wire_bytes(self.plan(numel).padded_numel)
-
     def padded_wire_bytes(self, padded_numel: int) -> int:
         """Bytes sent for a padded vector of `padded_numel` fields (another layout's, e.g. the fused step's)."""
         return ring_allreduce_bytes(packed_bytes(padded_numel, self.bits), self.world_size)

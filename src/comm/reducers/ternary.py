@@ -60,8 +60,9 @@ class TernaryReducer(PackedReducer):
         yield all_gather_flat(summed, mine, group=self.group, async_op=True)
         return summed
 
-    def wire_bytes(self, numel: int) -> int:
-        words = packed_bytes(self.plan(numel).padded_numel, self.bits)
+    def padded_wire_bytes(self, padded_numel: int) -> int:
+        """A reduce-scatter and an allgather of the packed words: each sends (W - 1) / W of them."""
+        words = packed_bytes(padded_numel, self.bits)
         return 2 * ring_allgather_bytes(words // self.world_size, self.world_size)
 
     def largest_world_size(self) -> int:

@@ -1,0 +1,243 @@
+"""Conformance over the registry: every registered reducer, and every quantizer of a reducer that takes `quant`,
+runs through every property of tests/conformance.py on 2 real gloo ranks (identical on every rank, wire bytes,
+torch/C/Triton paths, the fused step, checkpoint and resume, overlap, no host synchronisation, options it does not
+take). Registering a reducer (`@register("name")` in a module of src/comm/reducers/) is all it takes for it to be
+tested here; a property that does not apply (no `kernels` option, no packed wire format, not pipelined) is skipped
+naming why, and a reducer that fails says which property and how.
+
+Then the suite is shown to find a broken reducer per property: one reducer per property, each a subclass of a real
+one broken in one way, and the property's check fails on it with the property's name in the message.
+
+Real bugs of src/ the suite finds are listed in KNOWN_BUGS (strict xfail: a fix fails the test until its entry goes).
+
+Time (`make test` runs the non-slow part, about 30-40 s on 2 cores): there the Triton interpreter runs the kernels and
+the fused step for one case (pbit's defaults), and one fused step per packed reducer (wire_bytes); the Triton paths
+of every other case, the quantizers of the parameter servers, 3 ranks, and each broken reducer against the
+properties it keeps run in `make test-all`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from fractions import Fraction
+
+import pytest
+import torch
+import torch.distributed as tdist
+
+from conformance import (CHECKS, PROPERTIES, SIZES, Factory, NotApplicable, WORLD, build, cases, check_checkpoint,
+                         check_fused, check_host_sync, check_identical, check_kernels, check_options, check_overlap,
+                         check_wire_bytes, sent_bytes)
+from src.comm.cost.wire_bytes import ring_allreduce_bytes
+from src.comm.codecs.packing import packed_bytes
+from src.comm.reducers.compressed_allreduce import CompressedAllreduce
+from src.comm.reducers.pbit import PBitReducer
+from src.comm.reducers.registry import REDUCERS
+from src.comm.transport.pipeline import PIPELINE_DEPTH
+from src.quant import METHODS
+
+# More option sets for the built-ins (coverage only: a reducer needs no entry here to be tested)
+EXTRA = {
+    "pbit": [{"zeros": "keep", "bits": 4}, {"vote": "average", "zeros": "plus", "bits": 8}],
+    "dlion_tree": [{"vote": "average", "zeros": "alternate"}],
+    "bitdp": [{"bits": 1}],
+    "ternary": [{"vote": "average"}],
+    "onebit": [{"zeros": "plus", "chunk": 0}],  # one chunk: nothing pipelined
+}
+CASES = cases(EXTRA)
+FAST_TRITON = "pbit"  # the one case whose Triton paths run in `make test` (the interpreter is slow)
+SLOW_CASE_REDUCERS = ("ps_naive", "ps_tree")  # their quantizer cases repeat pbit's encoding: make test-all
+
+
+# Real bugs of src/ that the suite finds, reported rather than fixed here: (property, reducer, world size or None for
+# any) -> what is wrong. Strict xfail: a fix makes the test fail until its entry goes.
+KNOWN_BUGS: dict = {}  # (property, reducer, world size or None): why; strict xfail until fixed
+
+
+def _known(prop: str, name: str, world: int) -> list:
+    reason = KNOWN_BUGS.get((prop, name, None)) or KNOWN_BUGS.get((prop, name, world))
+    return [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+
+
+def _slow(factory: Factory, prop: str) -> bool:
+    if prop in ("kernels_triton", "fused"):
+        return factory.label != FAST_TRITON
+    return bool(factory.options) and factory.name in SLOW_CASE_REDUCERS
+
+
+RUNS = {"identical": check_identical, "wire_bytes": check_wire_bytes,
+        "kernels_native": lambda f, d: check_kernels(f, d, "native"),
+        "kernels_triton": lambda f, d: check_kernels(f, d, "triton"),
+        "fused": check_fused, "checkpoint": check_checkpoint, "overlap": check_overlap, "host_sync": check_host_sync,
+        "options": check_options}
+
+
+def _params():
+    for factory, refused in CASES:
+        if refused:
+            continue
+        for prop in RUNS:
+            marks = ([pytest.mark.slow] if _slow(factory, prop) else []) + _known(prop, factory.name, WORLD)
+            yield pytest.param(prop, factory, id=f"{prop}-{factory.label}", marks=marks)
+
+
+def test_every_registered_reducer_and_quantizer_is_a_case():
+    """The cases come from the registry and METHODS, not from a list here: every reducer with only its defaults,
+    and every method of METHODS for every reducer that takes `quant` (run, or refused by the reducer)."""
+    assert set(CHECKS) == set(PROPERTIES)
+    assert set(RUNS) == (set(PROPERTIES) - {"kernels"}) | {"kernels_native", "kernels_triton"}
+    for name, cls in REDUCERS.items():
+        assert any(f.name == name and not f.options and not refused for f, refused in CASES), \
+            f"{name} with only its defaults must be a case"
+        if Factory(name).takes("quant"):
+            default = inspect.signature(cls.__init__).parameters["quant"].default
+            methods = {dict(f.options).get("quant", default) for f, _ in CASES if f.name == name}
+            assert methods >= set(METHODS), (name, methods)
+
+
+@pytest.mark.parametrize("factory,refused", [pytest.param(f, r, id=f.label) for f, r in CASES if r])
+def test_a_quantizer_a_reducer_does_not_take_is_refused_by_name(factory, refused):
+    """A case the reducer refuses (e.g. onebit with a multi-level quantizer) is not run: it must refuse clearly."""
+    quant = dict(factory.options).get("quant")
+    assert quant is None or "quant" in refused or repr(quant) in refused, refused
+
+
+@pytest.mark.parametrize("prop,factory", list(_params()))
+def test_conformance(dist, prop, factory):
+    try:
+        RUNS[prop](factory, dist)
+    except NotApplicable as why:
+        pytest.skip(f"{factory.label}: {prop}: {why}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,prop", [pytest.param(name, prop, id=f"{name}-{prop}", marks=_known(prop, name, 3))
+                                       for name in REDUCERS for prop in PROPERTIES])
+def test_conformance_on_three_ranks(dist, name, prop):
+    try:
+        CHECKS[prop](Factory(name), dist, world_size=3)
+    except NotApplicable as why:
+        pytest.skip(f"{name}: {prop}: {why}")
+
+
+# --- the suite finds a reducer that breaks each property ----------------------------------------------------------
+class DiffersOnRankOne(PBitReducer):
+    """identical: the sum rule of its wire format depends on the rank (rank 1 decodes the sums off by one)."""
+
+    def _wire_format(self):
+        wire = super()._wire_format()
+        return dataclasses.replace(wire, offset=wire.offset + self.rank)
+
+
+class ForgetsTheAllgatherHalf(PBitReducer):
+    """wire_bytes: reports the reduce-scatter half of the ring allreduce only."""
+
+    def padded_wire_bytes(self, padded_numel):
+        return ring_allreduce_bytes(packed_bytes(padded_numel, self.bits), self.world_size) // 2
+
+
+class NativeFlipsSigns(PBitReducer):
+    """kernels: the C-loop path decodes the opposite direction."""
+
+    def decode(self, reduction, chunk, received, out):
+        out = super().decode(reduction, chunk, received, out)
+        if reduction.backend == "native":
+            out.neg_()
+        return out
+
+
+class DecodesOffItsWireFormat(PBitReducer):
+    """fused: the chunked decode halves the direction, which its wire format (read by the fused step) does not say."""
+
+    def decode(self, reduction, chunk, received, out):
+        return super().decode(reduction, chunk, received, out).mul_(0.5)
+
+
+class DropsErrorFeedback(CompressedAllreduce):
+    """checkpoint: the state_dict leaves out the worker and server errors."""
+
+    def state_dict(self):
+        return {}
+
+
+class TwoSlotsOnly(PBitReducer):
+    """overlap: sends from PIPELINE_DEPTH word buffers whatever the slot (enough for the synchronous pipeline, not
+    for every chunk in flight)."""
+
+    def send_words(self, plan, slot, device):
+        return super().send_words(plan, slot % PIPELINE_DEPTH, device)
+
+
+class ReadsBackTheUpdate(PBitReducer):
+    """host_sync: looks at every chunk's values on the host (an all-zero test) before encoding them."""
+
+    def _encode(self, reduction, chunk, values, slot):
+        if bool((values == 0).all()):
+            values = values.clone()
+        return super()._encode(reduction, chunk, values, slot)
+
+
+class SwallowsOptions(PBitReducer):
+    """options: takes any keyword and drops the ones it does not know."""
+
+    def __init__(self, group=None, **options):
+        known = inspect.signature(PBitReducer.__init__).parameters
+        super().__init__(group, **{k: v for k, v in options.items() if k in known})
+
+
+BROKEN = {"identical": DiffersOnRankOne, "wire_bytes": ForgetsTheAllgatherHalf, "kernels": NativeFlipsSigns,
+          "fused": DecodesOffItsWireFormat, "checkpoint": DropsErrorFeedback, "overlap": TwoSlotsOnly,
+          "host_sync": ReadsBackTheUpdate, "options": SwallowsOptions}
+
+
+def _broken(prop: str) -> Factory:
+    return Factory(f"broken_{prop}", cls=BROKEN[prop])
+
+
+@pytest.mark.parametrize("prop", PROPERTIES)
+def test_the_suite_finds_a_reducer_that_breaks_the_property(dist, prop):
+    factory = _broken(prop)
+    with pytest.raises(AssertionError, match=rf"^broken_{prop}: {prop}: ") as failed:
+        CHECKS[prop](factory, dist)
+    assert "broken_" + prop not in REDUCERS, "a broken reducer stays out of the registry"
+    print(failed.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prop", PROPERTIES)
+def test_each_broken_reducer_keeps_the_other_properties(dist, prop):
+    """Each broken reducer fails its own property only: the suite says which property broke."""
+    factory = _broken(prop)
+    for other, check in CHECKS.items():
+        if other == prop:
+            continue
+        try:
+            check(factory, dist)
+        except NotApplicable:
+            pass
+
+
+# --- the checks' own machinery ---------------------------------------------------------------------------------
+def test_the_byte_model_is_that_of_the_cost_model():
+    """Per collective, the bytes the recording shim counts are src/comm/cost/wire_bytes.py's (exact fractions), here
+    at 3 ranks, where the ring and pairwise models do not divide evenly."""
+    t = torch.zeros(10, dtype=torch.int16)  # 20 bytes
+    for rank in range(3):
+        def sent(name, **arguments):
+            return sent_bytes(name, arguments, 3, rank)
+        assert sent("all_reduce", tensor=t) == Fraction(2 * 2 * 20, 3)
+        assert sent("all_gather_single", input_tensor=t) == 2 * 20
+        assert sent("reduce_scatter_single", output=t) == 2 * 20
+        assert sent("all_to_all_single", input=t) == Fraction(2 * 20, 3)
+        assert sent("send", tensor=t) == 20 and sent("irecv", tensor=t) == 0
+        assert sent("gather", tensor=t, dst=0) == (0 if rank == 0 else 20)
+        assert sent("broadcast", tensor=t, src=0) == {0: 40, 1: 0, 2: 0}[rank]  # the root has 2 children
+
+
+def test_a_case_builds_with_only_its_defaults_for_planning():
+    """Every registered reducer builds from its name alone (planning only, no process group needed)."""
+    if tdist.is_available() and tdist.is_initialized():
+        pytest.skip("a process group is initialised in this process")
+    for name in REDUCERS:
+        reducer = build(Factory(name), world_size=WORLD)
+        assert reducer.world_size == WORLD and reducer.wire_bytes(sum(SIZES)) > 0, name
