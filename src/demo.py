@@ -39,6 +39,7 @@ from src.data.laptop_corpus import prepare_laptop_text
 from src.launch.calibrate import CalibrationError, cached_or_calibrate
 from src.launch.netns import EmulatorUnavailable, check_prerequisites
 
+REPO = Path(__file__).resolve().parents[1]
 VARIANTS = ("lion32", "cub8", "cub4", "cub1")
 PRESETS = {"laptop": ("data/laptop_text", prepare_laptop_text), "demo": ("data/demo_text", prepare_demo_text)}
 PAPER_LINK = "paper_ethernet"
@@ -93,7 +94,7 @@ def train_variant(variant: str, run_dir: Path, data_dir: Path, nproc: int, extra
 def preset_steps(preset: str = "laptop") -> int:
     from omegaconf import OmegaConf
 
-    return int(OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "exp" / f"{preset}.yaml").train.steps)
+    return int(OmegaConf.load(REPO / "conf" / "exp" / f"{preset}.yaml").train.steps)
 
 
 def fit_steps(record: dict, variants: list[str], budget_s: float, preset: str = "laptop") -> tuple[int, str]:
@@ -190,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="on the paper link, train fewer steps than the preset's when they would not fit")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. train.steps=100")
     args = p.parse_args(argv)
+    unknown = [v for v in args.variants if not (REPO / "conf" / "variant" / f"{v}.yaml").is_file()]
+    if unknown:  # e.g. an override after --variants, which nargs="+" takes for a variant
+        print(f"demo: error: no variant {', '.join(map(repr, unknown))} in conf/variant/ (the variants: "
+              f"{', '.join(sorted(f.stem for f in (REPO / 'conf' / 'variant').glob('*.yaml')))}); put Hydra "
+              "overrides before --variants", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # the calibration's runs and the variants' alike
     out = Path(args.out or f"results/demo-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -46,3 +46,10 @@ def test_a_slow_link_shortens_the_demo_and_says_why():
     per_step = sum(1.97 + 8.53 * demo.BYTES_RATIO[v] for v in demo.VARIANTS)
     assert steps == max(demo.MIN_STEPS, int((600 - 4 * demo.OVERHEAD_S) / per_step)) < demo.preset_steps()
     assert f"{steps} steps per variant" in why and "10.5 s" in why and "train.steps=" in why
+
+
+def test_an_override_taken_for_a_variant_is_refused_before_anything_runs(capsys):
+    """`--variants cub4 stats.every=100`: argparse gives the override to --variants; the demo says so, exit 2."""
+    assert demo.main(["--variants", "cub4", "stats.every=100", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert "no variant 'stats.every=100'" in err and "cub_ternary" in err and "before --variants" in err
