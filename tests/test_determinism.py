@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 
-from harness_util import REPO
+from harness_util import REPO, train_tiny
 
 PROBE = """
 import json, os, sys
@@ -35,9 +35,8 @@ def test_deterministic_turns_on_torch_cublas_cudnn_and_inductor_and_false_change
     assert len(got["on"]) == 3 + (got["inductor"] is True)
 
 
-def test_deterministic_run_prints_what_it_set(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "src.train", "train.steps=1", "train.eval_every=0",
-                          "train.eval_at_start=false", "train.progress=false", "train.deterministic=true",
-                          f"run.dir={tmp_path / 'run'}"], cwd=REPO, capture_output=True, text=True)
+def test_deterministic_run_prints_what_it_set(demo_tokens, tmp_path):
+    out = train_tiny([f"data.dir={demo_tokens}", "train.steps=1", "train.eval_every=0", "train.eval_at_start=false",
+                      "train.progress=false", "train.deterministic=true", f"run.dir={tmp_path / 'run'}"])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "train.deterministic=true: " in out.stdout and "use_deterministic_algorithms(True" in out.stdout

@@ -36,7 +36,7 @@ def test_one_manifest_per_figure_and_table():
     assert set(manifest_names()) == EXPECTED
 
 
-@pytest.mark.parametrize("scale", [pytest.param(s, marks=pytest.mark.slow) if s == "tiny" else s for s in SCALES])
+@pytest.mark.parametrize("scale", [pytest.param(s, marks=pytest.mark.slow) if s != "laptop" else s for s in SCALES])
 def test_every_run_composes(scale):
     composed: dict[tuple, object] = {}
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):

@@ -42,6 +42,7 @@ def test_notebook_covers_every_manifest():
     assert set(re.findall(r'figure\("(\w+)"\)', cells)) == set(manifest_names())
 
 
+@pytest.mark.slow  # 21 s: make test's time (the notebook's cells are checked against the manifests above)
 def test_notebook_executes(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "figures"
     for spec in load_manifest("table2", "laptop").runs:

@@ -94,6 +94,7 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
+@pytest.mark.slow  # 33 s: make test's time
 def test_two_runs_finish_on_the_two_nodes(slurm, demo_tokens, tmp_path):
     folder = submit(slurm, tmp_path, "+exp=demo", "seed=1,2", "train.steps=4", "train.eval_every=2",
                     f"data.dir={demo_tokens}", *TINY)

@@ -54,8 +54,9 @@ def reference(variant: str, demo_tokens: Path, tmp_path_factory) -> Path:
     return _REFERENCES[variant]
 
 
-@pytest.mark.parametrize("variant", ["onebit_adam", *[pytest.param(v, marks=pytest.mark.slow)
-                                                      for v in BASELINES if v != "onebit_adam"]])
+# make test's time: every baseline's resume in make test-all (tests/test_conformance.py checks each reducer's resume)
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", BASELINES)
 def test_resumed_baseline_equals_uninterrupted_bitwise(variant, demo_tokens, tmp_path, tmp_path_factory):
     ref = reference(variant, demo_tokens, tmp_path_factory)
     run_dir = tmp_path / "run"

@@ -86,7 +86,8 @@ def run_variant(variant: str, demo_tokens: Path, tmp_path: Path) -> None:
     check_run(run_dir, variant)
 
 
-@pytest.mark.parametrize("variant", ["lion32", "cub4", pytest.param("cub8", marks=pytest.mark.slow),  # make test's
+@pytest.mark.parametrize("variant", [pytest.param("lion32", marks=pytest.mark.slow), "cub4",
+                                     pytest.param("cub8", marks=pytest.mark.slow),  # make test's
                                      pytest.param("cub1", marks=pytest.mark.slow)])  # time budget; tests/test_lion_cub.py
 def test_two_rank_training(variant, demo_tokens, tmp_path):
     run_variant(variant, demo_tokens, tmp_path)

@@ -58,6 +58,10 @@ class StorageTracker(TorchDispatchMode):
     def reset_peak(self) -> None:
         self.peak = self.current
 
+    def holds(self, storage: torch.UntypedStorage) -> bool:
+        """Whether `storage` was allocated while tracking and is still alive (counted in `current`)."""
+        return storage.data_ptr() in self._live
+
     def _release(self, key: int) -> None:
         entry = self._live.get(key)
         if entry is not None:
@@ -103,11 +107,14 @@ class _GivenGradients(torch.autograd.Function):
         return (None, *ctx.grads)
 
 
-def measure(variant: str, model: torch.nn.Module, overlap=False) -> dict:
-    """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant (and overlap)."""
+def measure(variant: str, model: torch.nn.Module, overlap=False, kernels: str | None = None) -> dict:
+    """Kept and peak optimizer bytes beyond parameters, gradients and momentum, for one variant (and overlap;
+    `kernels` in place of the variant's, e.g. triton for the fused step)."""
     cfg = OmegaConf.to_container(OmegaConf.load(CONF / f"{variant}.yaml"))
     if overlap_mode(overlap) != (False, False):
         cfg["overlap"] = overlap
+    if kernels is not None:
+        cfg["kernels"] = kernels
     params = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator(device=params[0].device).manual_seed(0)
     grads = [torch.randn(p.shape, generator=generator, device=p.device) for p in params]
@@ -132,7 +139,8 @@ def measure(variant: str, model: torch.nn.Module, overlap=False) -> dict:
     storages = {}  # the fused steps' momenta are views of one flat buffer: count each storage once
     for p in params:
         storage = optimizer.state[p]["exp_avg"].untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
+        if tracker.holds(storage):  # made in a step (the chunked step); the fused step's flat buffer is made when
+            storages[storage.data_ptr()] = storage.nbytes()  # the optimizer is built, outside the tracked steps
     momentum = sum(storages.values())
     n = sum(p.numel() for p in params)
     kept, peak = tracker.current - momentum, tracker.peak - momentum

@@ -63,7 +63,8 @@ CASES = (("pbit", dict(quant="sign", bits=4)), ("pbit", dict(quant="sign", bits=
          ("onebit", {}), ("ps_naive", dict(bits=4)), ("ps_tree", dict(quant="l1", levels=7, bits=8)),
          ("fp32", {}), ("bf16", {}),
          ("dlion_naive", {}), ("dlion_tree", dict(vote="average")), ("dlion_allgather", {}),
-         ("compressed_allreduce", {}), ("bitdp", dict(bits=2, row_size=64)), ("bitdp", dict(bits=1, row_size=64)))
+         ("compressed_allreduce", {}), ("bitdp", dict(bits=2, row_size=64)), ("bitdp", dict(bits=1, row_size=64)),
+         ("ternary", {}))
 NUMELS = (1003, 2 * 1024 + 7, (1 << 20) + 3)
 FLOAT_SUMS = {"fp32": ULP, "bf16": 2.0 ** -8}  # the wire dtype's unit roundoff
 COARSE_BITS = 15  # 2^7 terms of < 2^15 quanta: < 2^22, so a block sum and 3/4 of its mean (BitDP) stay exact

@@ -65,8 +65,9 @@ class FusedLion:
         n, per = self.layout.padded_numel, triton_kernels.tile(self.rules.gpu)
         with self.timer.phase("update"):
             triton_kernels.launch(kernels.lion_update, (max(triton.cdiv(n, per), 1),),
-                                  self.buffers.params, self.buffers.momenta, summed, self.group_of_block,
-                                  self.hyper.table, n, float(self.world_size), self.rules.fma, per,
+                                  p_ptr=self.buffers.params, m_ptr=self.buffers.momenta, sum_ptr=summed,
+                                  group_ptr=self.group_of_block, hyper_ptr=self.hyper.table, n=n,
+                                  world_size=float(self.world_size), FMA=self.rules.fma, BLOCK=per,
                                   num_warps=NUM_WARPS)
 
     def zero_grad(self) -> None:
