@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
+import pytest
 
 from experiments.manifest import load_manifest, manifest_names
 from experiments.notebook import execute
