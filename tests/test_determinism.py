@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from harness_util import REPO, train_tiny
 
 PROBE = """
@@ -35,6 +36,7 @@ def test_deterministic_turns_on_torch_cublas_cudnn_and_inductor_and_false_change
     assert len(got["on"]) == 3 + (got["inductor"] is True)
 
 
+@pytest.mark.slow  # a training run: make test-all
 def test_deterministic_run_prints_what_it_set(demo_tokens, tmp_path):
     out = train_tiny([f"data.dir={demo_tokens}", "train.steps=1", "train.eval_every=0", "train.eval_at_start=false",
                       "train.progress=false", "train.deterministic=true", f"run.dir={tmp_path / 'run'}"])

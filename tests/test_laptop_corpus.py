@@ -62,6 +62,7 @@ def folder_bytes(folder: Path) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow  # 13 s: make test-all (make demo builds the corpus too)
 def test_slice_builds_offline_and_reproducibly(tmp_path, monkeypatch):
     first = build_offline(tmp_path / "a", monkeypatch)
     build_offline(tmp_path / "b", monkeypatch)

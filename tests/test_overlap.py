@@ -107,7 +107,8 @@ def _compare(dist, world_size: int, name: str, tie: bool, resume_at: int | None,
 # 3 ranks (3 processes on CI's 2 cores): in make test-all, for every reducer and across checkpoint and resume
 @pytest.mark.parametrize("kernels", ["torch", "triton"])
 @pytest.mark.parametrize("world_size", [2, pytest.param(3, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", ["cub4", "cub8", pytest.param("cub1", marks=pytest.mark.slow)])  # cub1: make test-all
+@pytest.mark.parametrize("name", ["cub4", pytest.param("cub8", marks=pytest.mark.slow),  # cub8, cub1: make test-all
+                                  pytest.param("cub1", marks=pytest.mark.slow)])
 def test_overlapped_steps_equal_synchronous_bitwise(dist, world_size, name, kernels):
     _compare(dist, world_size, name, tie=False, resume_at=None, kernels=kernels)
 

@@ -28,7 +28,7 @@ from src.data import TokenWindows
 
 STEPS_BEFORE, STEPS_AFTER, K = 6, 6, 4
 SEED = 1337  # conf/config.yaml's
-QUICK = {("cub4", (4, 2)), ("onebit_adam", (4, 2))}  # per-rank momenta, error feedback: in `make test`
+QUICK = {("cub4", (4, 2))}  # per-rank momenta: in `make test` (error feedback, onebit_adam: make test-all)
 CASES = [pytest.param(v, sizes, id=f"{v}-{sizes[0]}to{sizes[1]}",
                       marks=() if (v, sizes) in QUICK else pytest.mark.slow)  # 5 to 15 s each on 2 busy cores
          for v in resize_ranks.VARIANTS if v != "cub4_2bit" for sizes in ((4, 2), (2, 4))]

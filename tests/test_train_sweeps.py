@@ -99,6 +99,7 @@ def test_four_claims_of_one_name_get_four_folders(tmp_path):
         assert [r["step"] for r in rows] == list(range(50)) and len({r["pid"] for r in rows}) == 1
 
 
+@pytest.mark.slow  # make test's time: the two-point multirun above starts runs together too
 def test_four_runs_started_at_once_get_four_folders(demo_tokens, tmp_path):
     root = tmp_path / "race"
     cmd = [sys.executable, "-m", "src.train", "variant=lion", "train.steps=3", f"data.dir={demo_tokens}",
