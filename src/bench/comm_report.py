@@ -32,7 +32,7 @@ from src.bench.comm_rows import by_rate, read_rows
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
 from src.comm.cost.network_fit import write_network_fit
-from src.comm.reducers.pbit import field_width
+from src.comm.codecs.packing import field_width
 
 TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
 FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")

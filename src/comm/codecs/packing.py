@@ -42,6 +42,14 @@ def field_max(bits: int) -> int:
     return (1 << 15) - 1 if bits == 16 else (1 << bits) - 1
 
 
+def field_width(bits: int, per_rank: int, world_size: int) -> int | None:
+    """The narrowest supported field width >= `bits` whose capacity holds world_size * per_rank (None if none)."""
+    for width in FIELD_WIDTHS:
+        if width >= bits and per_rank * world_size <= field_max(width):
+            return width
+    return None
+
+
 def packed_numel(numel: int, bits: int) -> int:
     """Words needed for `numel` fields of `bits` bits."""
     k = fields_per_word(bits)

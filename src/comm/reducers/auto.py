@@ -4,7 +4,7 @@ processes").
 
 The candidates are the Lion Cub reducers that compute the same sign majority vote (so the trained parameters do
 not depend on the choice): `pbit` with the narrowest field width whose sums cannot overflow at this world size
-(src.comm.reducers.pbit.field_width: 2 bits up to 3 ranks, 4 up to 15, 8 up to 255, then 16), `onebit`, `ps_tree` and
+(src.comm.codecs.packing.field_width: 2 bits up to 3 ranks, 4 up to 15, 8 up to 255, then 16), `onebit`, `ps_tree` and
 `ps_naive` (the parameter servers with the same packed fields). Each is costed with Table 1's row
 (src.comm.cost.model.cost) for the run's world size, the model's parameter count and the network's alpha and beta
 (src.comm.cost.network_fit); the cheapest wins, ties going to the earlier candidate. `choose_reducer` returns the
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from src.comm.cost.model import cost
 from src.comm.cost.network_fit import NetworkCosts
 from src.comm.codecs.packing import FIELD_WIDTHS
-from src.comm.reducers.pbit import field_width
+from src.comm.codecs.packing import field_width
 from src.utils.adjustment import Adjustment
 
 CANDIDATES = ("pbit", "onebit", "ps_tree", "ps_naive")

@@ -1,7 +1,8 @@
 """Reducers of packed low-bit fields: the per-chunk encode and decode of a described wire format (Lion Cub,
 Sections 3.1, 3.2, 4.2 and 6).
 
-A subclass sets `self.wire` (a `WireFormat`, src/comm/reducers/wire.py) in its constructor and writes `exchange`
+A subclass sets `self.wire` (a `WireFormat`, src/comm/reducers/wire.py) in its constructor, with field widths from
+`fit_fields` where the world's sums decide them (widened, and recorded as an adjustment), and writes `exchange`
 (its collectives on the packed words of one chunk) and `padded_wire_bytes` (what it sends for a padded vector); everything else comes from here and reads only
 `self.wire`:
 - `encode`: the chunk's codes (votes, signs or scaled levels) packed into the slot's words in one pass, by the
@@ -20,11 +21,13 @@ import torch
 
 from src.comm.codecs import native
 from src.comm.codecs import reference as codec
+from src.comm.codecs.packing import field_width
 from src.comm.reducers.base import Reduction, tie_value
 from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.reducers.scales import Scales, tables_bytes
 from src.comm.reducers.wire import WireFormat
 from src.comm.transport.pipeline import Chunk, ChunkPlan
+from src.utils.adjustment import Adjustment
 
 
 def stream_seed(seed: int, rank: int, step: int) -> int:
@@ -38,11 +41,31 @@ class PackedReducer(ChunkedReducer):
 
     wire: WireFormat
     seed: int = 0
+    requested_bits: int | None = None  # the field width asked for, where `fit_fields` chose the width
+    _summed = ""  # what the fields sum, for `adjustments`
 
     def __init__(self, group=None, **options):
         super().__init__(group, **options)
         self.tables: dict = {}  # segment tables per plan and device (src/comm/reducers/scales.py)
         self._generators: dict[torch.device, torch.Generator] = {}
+
+    def fit_fields(self, bits: int, per_rank: int, summed: str, refusal: str) -> int:
+        """The narrowest field width >= `bits` that holds world_size ranks' sums of values up to `per_rank` (wider
+        than asked where they would overflow, and then an adjustment naming `summed`, the values summed);
+        ValueError `refusal` where even 16-bit fields overflow."""
+        width = field_width(bits, per_rank, self.world_size)
+        if width is None:
+            raise ValueError(refusal)
+        self.requested_bits, self._summed = bits, summed
+        return width
+
+    def adjustments(self) -> list[Adjustment]:
+        """The field width, where `fit_fields` widened it so that the world's sums fit."""
+        if self.requested_bits is None or self.bits == self.requested_bits:
+            return []
+        return [Adjustment("variant.reducer.bits", self.requested_bits, self.bits,
+                           f"{self.name}: the sums of {self.world_size} ranks' {self._summed} overflow "
+                           f"{self.requested_bits}-bit fields")]
 
     # --- layout ---------------------------------------------------------------------------------------------
     def _align(self) -> int:
@@ -135,7 +158,8 @@ class PackedReducer(ChunkedReducer):
         wire = self.wire
         with self.timer.phase("quantize"):
             if wire.result_bits == 1 and wire.codes == "votes" and wire.majority and wire.offset == 0.5:
-                reduction.codec(codec.decode_signs_1bit)(out, received)  # one majority bit: +-1, the same values
+                # one majority bit: the same +-1 as decode_sums, 1.4x faster in torch (2^24 values: 78 vs 110 ms)
+                reduction.codec(codec.decode_signs_1bit)(out, received)
             else:
                 reduction.codec(codec.decode_sums)(out, received, wire.result_bits, wire.offset,
                                                     wire.codes == "votes", wire.majority, wire.divisor)

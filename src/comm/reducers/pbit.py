@@ -10,7 +10,7 @@ Encodings:
 - levels (any other quant, or `sign` with `zeros="keep"`): [-L, L] -> [0, 2L]; S = T - world_size * L.
 The datatype follows p and the world size (Section 6): a field must hold world_size (votes) or
 2 * L * world_size (levels); `bits` is the narrowest width used, and where the sums would overflow it the reducer
-widens its fields (4 -> 8 -> 16 bits; `field_width`) instead of refusing, so 8-bit L1 (L = 15) runs at 16 ranks
+widens its fields (4 -> 8 -> 16 bits; `PackedReducer.fit_fields`) instead of refusing, so 8-bit L1 (L = 15) runs at 16 ranks
 in 16-bit fields. `self.bits` is the width actually sent; `wire_bytes` and the cost model follow it.
 
 The reducer describes its words (`wire`, src/comm/reducers/wire.py) and runs one asynchronous SUM allreduce per chunk
@@ -31,22 +31,13 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from src.comm.codecs.packing import FIELD_WIDTHS, check_bits, field_max, packed_bytes
+from src.comm.codecs.packing import check_bits, field_max, packed_bytes
 from src.comm.cost.wire_bytes import ring_allreduce_bytes
 from src.comm.reducers.base import VOTES, ZERO_RULES, Reduction, check_choice
 from src.comm.reducers.packed import PackedReducer
 from src.comm.reducers.wire import WireFormat
 from src.comm.transport.pipeline import Chunk
 from src.quant import check_method
-from src.utils.adjustment import Adjustment
-
-
-def field_width(bits: int, per_rank: int, world_size: int) -> int | None:
-    """The narrowest supported field width >= `bits` whose capacity holds world_size * per_rank (None if none)."""
-    for width in FIELD_WIDTHS:
-        if width >= bits and per_rank * world_size <= field_max(width):
-            return width
-    return None
 
 
 def largest_world_size(bits: int, levels: int, votes: bool) -> int:
@@ -71,8 +62,14 @@ class PBitReducer(PackedReducer):
         check_choice("zeros rule", zeros, ZERO_RULES)
         self.quant, self.levels, self.vote, self.zeros = quant, levels, vote, zeros
         self.votes = quant == "sign" and zeros != "keep"
-        self.seed, self.requested_bits = seed, bits
-        self.bits = self._fit(bits)
+        self.seed = seed
+        per_rank = 1 if self.votes else 2 * levels
+        what = "0/1 votes" if self.votes else f"levels [-{levels}, {levels}] shifted to [0, {per_rank}]"
+        self.bits = self.fit_fields(
+            bits, per_rank, "votes" if self.votes else f"levels shifted to [0, {per_rank}]",
+            f"{self.name}: world_size={self.world_size} with quant={quant} ({what}) sums up to "
+            f"{per_rank * self.world_size}, which overflows even 16-bit fields (max {field_max(16)}); use fewer "
+            f"levels (at most {max(field_max(16) // (2 * self.world_size), 0)}) or the onebit reducer.")
         self.wire = self._wire_format()
 
     def _wire_format(self) -> WireFormat:
@@ -92,17 +89,6 @@ class PBitReducer(PackedReducer):
         """The most ranks whose sums fit the widest (16-bit) fields."""
         return largest_world_size(16, self.levels, self.votes)
 
-    def _fit(self, bits: int) -> int:
-        per_rank = 1 if self.votes else 2 * self.levels
-        width = field_width(bits, per_rank, self.world_size)
-        if width is not None:
-            return width
-        what = "0/1 votes" if self.votes else f"levels [-{self.levels}, {self.levels}] shifted to [0, {per_rank}]"
-        raise ValueError(
-            f"{self.name}: world_size={self.world_size} with quant={self.quant} ({what}) sums up to "
-            f"{per_rank * self.world_size}, which overflows even 16-bit fields (max {field_max(16)}); "
-            f"use fewer levels (at most {max(field_max(16) // (2 * self.world_size), 0)}) or the onebit reducer.")
-
     def exchange(self, reduction: Reduction, chunk: Chunk, wire: torch.Tensor, slot: int):
         """One SUM allreduce of the words, in place: field-wise sums."""
         yield dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
@@ -118,15 +104,6 @@ class PBitReducer(PackedReducer):
     def load_state_dict(self, state: dict) -> None:
         """Nothing to restore: the stochastic-rounding stream is a function of (seed, rank, step). A state that holds
         a saved generator state is accepted and ignored."""
-
-    def adjustments(self) -> list[Adjustment]:
-        """The field width, where it was widened so that the world's sums fit."""
-        if self.bits == self.requested_bits:
-            return []
-        what = "votes" if self.votes else f"levels shifted to [0, {2 * self.levels}]"
-        return [Adjustment("variant.reducer.bits", self.requested_bits, self.bits,
-                           f"{self.name}: the sums of {self.world_size} ranks' {what} overflow "
-                           f"{self.requested_bits}-bit fields")]
 
     def __repr__(self) -> str:
         widened = "" if self.bits == self.requested_bits else f" (widened from {self.requested_bits} for " \

@@ -22,12 +22,10 @@ from src.comm.codecs.packing import field_max, fields_per_word, packed_bytes
 from src.comm.cost.wire_bytes import ring_allgather_bytes
 from src.comm.reducers.base import VOTES, Reduction, check_choice
 from src.comm.reducers.packed import PackedReducer
-from src.comm.reducers.pbit import field_width
 from src.comm.reducers.registry import register
 from src.comm.reducers.wire import WireFormat
 from src.comm.transport.collectives import all_gather_flat, reduce_scatter_flat
 from src.comm.transport.pipeline import Chunk
-from src.utils.adjustment import Adjustment
 
 
 @register("ternary")
@@ -42,11 +40,10 @@ class TernaryReducer(PackedReducer):
         super().__init__(group, chunk=chunk, kernels=kernels, world_size=world_size, rank=rank, segments=segments,
                          check_finite=check_finite, timer=timer)
         check_choice("vote", vote, VOTES)
-        width = field_width(max(bits, 2), 2, self.world_size)  # codes 0..2: W ranks sum up to 2 W
-        if width is None:
-            raise ValueError(f"ternary: the sums of {self.world_size} ranks' codes (up to {2 * self.world_size}) "
-                             f"overflow even 16-bit fields")
-        self.vote, self.requested_bits, self.bits = vote, bits, width
+        self.vote = vote
+        self.bits = self.fit_fields(max(bits, 2), 2, "codes 0..2",  # W ranks sum up to 2 W
+                                    f"ternary: the sums of {self.world_size} ranks' codes (up to "
+                                    f"{2 * self.world_size}) overflow even 16-bit fields")
         world = self.world_size
         self.wire = WireFormat(codes="levels", bits=self.bits, method="l1", levels=1, offset=float(world),
                                divisor=float(world), majority=vote == "majority",
@@ -69,11 +66,3 @@ class TernaryReducer(PackedReducer):
 
     def largest_world_size(self) -> int:
         return field_max(16) // 2
-
-    def adjustments(self) -> list[Adjustment]:
-        """The field width, where it was widened so that the world's sums fit (printed at start, in summary.json)."""
-        if self.bits == self.requested_bits:
-            return []
-        return [Adjustment("variant.reducer.bits", self.requested_bits, self.bits,
-                           f"ternary: {self.world_size} ranks' sums of codes 0..2 overflow {self.requested_bits}-bit "
-                           "fields")]
