@@ -53,6 +53,7 @@ from src.distributed.process_group import (
     init_process_group,
     shutdown,
 )
+from src.distributed.topology import NodeTopology, node_topology
 from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
@@ -61,6 +62,7 @@ from src.errors import SetupError
 from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
+from src.engine.sharding import Sharded, node_line, shard_model
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
 from src.runlog import history
@@ -91,6 +93,7 @@ from src.reliability.resume import (
 )
 from src.reliability.resize_record import change_line, world_size_change
 from src.reliability.rng import seed_host_rngs
+from src.reliability.sharded_state import ShardedState
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
@@ -108,6 +111,7 @@ class Plan:
     name: str
     resume: ResumePoint | None = None
     restart: bool = False  # resume=auto found its run folder without a checkpoint: train again from step 0 in it
+    topology: NodeTopology | None = None  # variant.hierarchy=node: the nodes (src/distributed/topology.py)
 
 
 def resolve_steps(train: Train, task: Task) -> int:
@@ -120,15 +124,29 @@ def resolve_steps(train: Train, task: Task) -> int:
     return train.epochs * per_epoch
 
 
-def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module) -> None:
+def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module,
+                  topology: NodeTopology | None = None) -> None:
+    """The variant at this launch: its voters are the ranks, or the nodes of `topology` (hierarchy=node)."""
+    voters, what = (ctx.world_size, "process(es)") if topology is None else (topology.nodes, "node(s) voting")
     try:
-        validate_variant(job.variant, ctx.world_size, model, network=job.network)
+        validate_variant(job.variant, voters, model, network=job.network)
     except ValueError as exc:
         largest = largest_world_size(job.variant)
-        limit = "" if largest is None or ctx.world_size <= largest else (
-            f"; variant {job.variant.name} runs with at most {largest} processes: launch (or resume) with {largest} "
+        limit = "" if largest is None or voters <= largest else (
+            f"; variant {job.variant.name} runs with at most {largest} voters: launch (or resume) with {largest} "
             "or fewer")
-        raise SetupError(f"variant={job.variant.name} with {ctx.world_size} process(es): {exc}{limit}") from exc
+        raise SetupError(f"variant={job.variant.name} with {voters} {what}: {exc}{limit}") from exc
+
+
+def check_hierarchy(job: Config, ctx: DistContext) -> NodeTopology | None:
+    """The nodes of a `variant.hierarchy: node` run (None: flat), checked against the launch."""
+    if job.variant.hierarchy != "node":
+        return None
+    topology = node_topology(ctx.world_size, ctx.local_world_size, job.distributed.ranks_per_node)
+    if job.stats and job.stats.get("every"):
+        raise SetupError("stats.every > 0 with variant.hierarchy=node: the in-loop statistics need every voter's "
+                         "whole update vector, which no rank of a node holds; set stats.every=0 or hierarchy=flat")
+    return topology
 
 
 def check_world_size(job: Config, ctx: DistContext) -> None:
@@ -141,11 +159,12 @@ def check_world_size(job: Config, ctx: DistContext) -> None:
 
 @dataclass
 class Checked:
-    """What `check_run` built: the task (its data open when checked), the steps and the schedule."""
+    """What `check_run` built: the task (its data open when checked), the steps and the schedule, the nodes."""
     task: Task
     steps: int | None
     schedule: LRSchedule | None
     meta_model: torch.nn.Module
+    topology: NodeTopology | None = None
 
 
 def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool = True) -> Checked:
@@ -159,14 +178,15 @@ def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool =
     if check_data:
         task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
-    check_variant(job, ctx, meta_model)
+    topology = check_hierarchy(job, ctx)
+    check_variant(job, ctx, meta_model, topology)
     check_compile(job.train.compile, job.variant.overlap)
     check_stats_config(job.stats, meta_model)
     steps = resolve_steps(job.train, task) if check_data or job.train.epochs is None else None
     o = job.optim
     schedule = None if steps is None else LRSchedule(o.lr, steps, o.schedule, o.warmup_steps, o.min_lr_ratio)
     check_reliability_config(job.reliability, ctx.world_size)
-    return Checked(task, steps, schedule, meta_model)
+    return Checked(task, steps, schedule, meta_model, topology)
 
 
 def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = None) -> str | None:
@@ -186,14 +206,15 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     ctx = describe(job.device, job.network)
     checked = check_run(cfg, job, ctx)
     task, steps, meta_model = checked.task, checked.steps, checked.meta_model
-    point = find_resume_point(job, ctx.rank, ctx.world_size)
+    point = find_resume_point(job, ctx.rank, ctx.world_size, checked.topology)
     schedule = checked.schedule
     if point is not None:
         steps, schedule = _steps_of_resized(job, task, point, steps, schedule)
         check_compatible(point, cfg, meta_model, steps)
     run_dir = _plan_run_dir(job, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(job, ctx, task, steps, schedule, run_dir, default_name(job, choices), point, restart)
+    return Plan(job, ctx, task, steps, schedule, run_dir, default_name(job, choices), point, restart,
+                checked.topology)
 
 
 def _steps_of_resized(job: Config, task: Task, point: ResumePoint, steps: int,
@@ -277,10 +298,10 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
     return run_dir
 
 
-def _resume(plan: Plan, model, optimizer, task) -> tuple[Progress, list[dict]]:
+def _resume(plan: Plan, built: Built) -> tuple[Progress, list[dict]]:
     """Restore every rank from the checkpoint chosen in preflight (the same on every rank, checked); returns the
     progress and the run's world-size changes (this resume's last, when it changes the world size)."""
-    point = plan.resume
+    point, model, optimizer, task = plan.resume, built.model, built.optimizer, plan.task
     if point is None:
         return Progress(), []
     chosen = broadcast_object(str(point.checkpoint.path))
@@ -288,31 +309,49 @@ def _resume(plan: Plan, model, optimizer, task) -> tuple[Progress, list[dict]]:
         raise SetupError(f"rank {plan.ctx.rank} would resume from {point.checkpoint.path} but rank 0 from {chosen}; "
                          "do all ranks see the same run folder?")
     manager = CheckpointManager(point.checkpoint.path.parent, plan.ctx.rank, plan.ctx.world_size)
-    if point.resize is None:
+    if built.sharded is not None:
+        progress, rules = train_state.restore_sharded(manager, point.checkpoint, optimizer, task,
+                                                      _sharded_state(built), plan.job.seed, plan.job.resume_momenta)
+        changes = _record_resize(plan, built, progress, rules) if point.resize else point.world_size_changes
+    elif point.resize is None:
         progress = train_state.restore(manager, point.checkpoint, model, optimizer, task)
         changes = point.world_size_changes
     else:
-        progress, changes = _resume_resized(plan, manager, model, optimizer, task)
+        progress, rules = train_state.restore_resized(manager, point.checkpoint, model, optimizer, task,
+                                                      point.resize, plan.job.seed)
+        changes = _record_resize(plan, built, progress, rules)
     if plan.ctx.is_main:
         print(f"lioncub: resumed from {point.checkpoint.path} (step {progress.step})", flush=True)
     return progress, changes
 
 
-def _resume_resized(plan: Plan, manager: CheckpointManager, model, optimizer, task) -> tuple[Progress, list[dict]]:
-    """A resume at another world size (src.reliability.resize): restore, check the replicas, record the change."""
-    point, ctx = plan.resume, plan.ctx
+def _record_resize(plan: Plan, built: Built, progress: Progress, rules: dict) -> list[dict]:
+    """A resume at another world size or node layout (src.reliability.resize): count the tokens on, check the
+    replicas, record the change; returns the run's world-size changes."""
+    point, ctx, task = plan.resume, plan.ctx, plan.task
     resize = point.resize
-    progress, rules = train_state.restore_resized(manager, point.checkpoint, model, optimizer, task, resize,
-                                                  plan.job.seed)
     per_step_before = task.units_per_step() // ctx.world_size * resize.old
     progress.units_offset += resize.step * (per_step_before - task.units_per_step())  # tokens/samples go on counting
-    check_replicas(named_parameters_with_aliases(model), resize.step)
+    check_replicas(named_parameters_with_aliases(built.model), resize.step, _replica_shards(built))
     before = point.checkpoint.manifest.get("meta", {}).get("config_adjusted", {})
     change = world_size_change(resize, rules, str(point.checkpoint.path), before,
-                               recorded(optimizer.adjustments()))
+                               recorded(built.optimizer.adjustments()))
     if ctx.is_main:
         print(change_line(change), flush=True)
-    return progress, [*point.world_size_changes, change]
+    return [*point.world_size_changes, change]
+
+
+def _replica_shards(built: Built) -> int:
+    """Ranks whose parameters differ because they hold different shards (1: every rank holds the whole model)."""
+    return built.sharded.topology.ranks_per_node if built.sharded is not None else 1
+
+
+def _sharded_state(built: Built) -> ShardedState | None:
+    """The sharded part of a node run's checkpoints (None: a flat run's model.pt and rank files)."""
+    sharded = built.sharded
+    if sharded is None:
+        return None
+    return ShardedState(built.model, built.optimizer, sharded.topology, sharded.mesh, per_node=not sharded.hsdp)
 
 
 def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
@@ -323,15 +362,16 @@ def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
         (run_dir / ID_FILE).write_text(wandb_id + "\n")
 
 
-def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progress: Progress,
+def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, built: Built, progress: Progress,
            stop: StopSignals, changes: list[dict]) -> StepHooks:
+    model, optimizer = built.model, built.optimizer
     id_file = run_dir / ID_FILE
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
                                        recorded(optimizer.adjustments()))
     hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
-                      progress, stop)
+                      progress, stop, shards=_sharded_state(built), replica_shards=_replica_shards(built))
     if optimizer.speculates():  # its buckets are queued on the default group when the vote runs
         hooks.separate_vote()
     return hooks
@@ -380,6 +420,68 @@ def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exce
     barrier()
 
 
+@dataclass
+class Built:
+    """The run's model (the inner one: no DDP, not compiled), optimizer, and what `variant.hierarchy: node` adds."""
+    model: torch.nn.Module
+    optimizer: object
+    sharded: Sharded | None  # FSDP2 inside each node (src/engine/sharding.py)
+    compiling: object  # train.compile's resolution (src/engine/compile.py)
+
+
+def _build(plan: Plan) -> Built:
+    """The same model on every rank (sharded inside the nodes for hierarchy=node), then its optimizer."""
+    job, ctx, task = plan.job, plan.ctx, plan.task
+    torch.manual_seed(job.seed)
+    model = task.build_model(ctx.device).to(ctx.device)
+    broadcast_parameters(model)
+    sharded = shard_model(model, job.variant, plan.topology, ctx.device) if plan.topology else None
+    torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
+    seed_host_rngs(job.seed + ctx.rank)
+    o = job.optim
+    # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
+    network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
+    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                network=network, group=sharded.vote_group if sharded else None)
+    compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
+    if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+        if sharded is not None:
+            print(node_line(sharded, job.variant), flush=True)
+        for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
+            print(adjustment.line(), flush=True)
+    return Built(model, optimizer, sharded, compiling)
+
+
+def _summary(plan: Plan, built: Built, trained, result: LoopResult, hooks: StepHooks, run_dir: Path,
+             changes: list[dict]) -> dict:
+    """summary.json's facts of a run that trained (the timing row is added by rank 0 from metrics.jsonl)."""
+    job, ctx, task, model, optimizer = plan.job, plan.ctx, plan.task, built.model, built.optimizer
+    summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
+               "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
+               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
+               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
+               "skipped_steps": hooks.progress.skipped_steps,
+               "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
+               "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
+               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
+               "world_size_changes": changes}
+    summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
+                                  ctx.world_size, ctx.device, changes))
+    summary["config_adjusted"] = recorded([*optimizer.adjustments(), *compile_adjustments(built.compiling, trained)])
+    if built.sharded is not None:
+        summary["hierarchy"] = {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes}
+    kernels = optimizer.kernels_record()
+    if kernels is not None:
+        summary["kernels"] = kernels
+    if optimizer.reducer_choice is not None:
+        summary["reducer_auto"] = optimizer.reducer_choice.record()
+    overlap = optimizer.overlap_record()
+    if overlap is not None:
+        summary["overlap"] = overlap
+        summary["overlap_hit_rate"] = overlap["hit_rate"]
+    return summary
+
+
 def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0,
             report_interrupt: Callable[[Interrupted], None] | None = None,
             report_stop: Callable[[Exception], None] | None = None) -> dict:
@@ -399,24 +501,12 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
     try:
-        torch.manual_seed(job.seed)
-        model = task.build_model(ctx.device).to(ctx.device)
-        broadcast_parameters(model)
-        torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
-        seed_host_rngs(job.seed + ctx.rank)
-        o = job.optim
-        # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
-        network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
-        optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
-                                    weight_decay=o.weight_decay, network=network)
-        compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
-        if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
-            for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
-                print(adjustment.line(), flush=True)
-        progress, changes = _resume(plan, model, optimizer, task)
+        built = _build(plan)
+        model, optimizer = built.model, built.optimizer
+        progress, changes = _resume(plan, built)
         trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
         # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
-        trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+        trained = compile_model(trained, built.compiling, _announce if ctx.is_main else _quiet)
         run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
         if ctx.is_main:
             _restore_wandb_id(plan, run_dir)
@@ -425,38 +515,18 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
         if plan.resume is not None and plan.resume.resize is not None:
             sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
         stop = StopSignals()
-        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop, changes)
+        hooks = _hooks(cfg, plan, run_dir, built, progress, stop, changes)
         stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
                            world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
                            wandb_run=sinks.wandb.run if sinks.wandb else None)
         with stop.installed():
             try:
-                result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
+                result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats,
+                               comms=built.sharded)
             except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
                 _report_then_wait(ctx, report_stop, exc)
                 raise
-        summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
-                   "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
-                   "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
-                   "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
-                   "skipped_steps": hooks.progress.skipped_steps,
-                   "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
-                   "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
-                   "world_size_changes": changes}
-        summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
-                                      ctx.world_size, ctx.device, changes))
-        adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
-        summary["config_adjusted"] = recorded(adjusted)
-        kernels = optimizer.kernels_record()
-        if kernels is not None:
-            summary["kernels"] = kernels
-        if optimizer.reducer_choice is not None:
-            summary["reducer_auto"] = optimizer.reducer_choice.record()
-        overlap = optimizer.overlap_record()
-        if overlap is not None:
-            summary["overlap"] = overlap
-            summary["overlap_hit_rate"] = overlap["hit_rate"]
+        summary = _summary(plan, built, trained, result, hooks, run_dir, changes)
         if ctx.is_main:
             _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
             summary["timing"] = _timing(run_dir)

@@ -23,10 +23,12 @@ from typing import Mapping
 import torch
 import torch.distributed as dist
 
-from src.comm import make_reducer
+from src.comm import REDUCERS, make_reducer
+from src.comm.reducers.packed import PackedReducer
 from src.comm.reducers.auto import AutoChoice, choose_reducer
 from src.comm.cost.network import Network
 from src.comm.cost.network_fit import NetworkCosts, network_costs
+from src.comm.reducers.wire import WireFormat
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import GradAllreduceLion, trainable
 from src.optim.interface import LoopOptimizer
@@ -77,12 +79,30 @@ def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.n
     if "name" not in options:
         raise ValueError(f"variant {variant.name!r}: lion_cub needs reducer.name")
     reducer = make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
+    if variant.hierarchy == "node":
+        check_node_variant(variant, reducer)
     if any(overlap_mode(variant.overlap)) and not reducer.pipelined:
         raise ValueError(f"variant {variant.name!r}: overlap={str(variant.overlap).lower()} needs a pipelined reducer "
                          f"(pbit, onebit); reducer {reducer.name!r} reduces the whole vector in one call (set "
                          "variant.overlap=false)")
     if model is not None:
         variant.momentum_sync.select([n for n, _ in named_parameters_with_aliases(model)])
+
+
+def check_node_variant(variant: Variant, reducer) -> None:
+    """What `hierarchy: node` runs: a packed reducer (its wire format votes each shard across the nodes), and no
+    overlap (FSDP2 assigns the sharded gradients after its reduce-scatter, so no gradient hook marks them ready,
+    and its all-gather of a unit runs before a forward pre-hook could apply that unit's direction)."""
+    if not isinstance(getattr(reducer, "wire", None), WireFormat):
+        packed = sorted(name for name, cls in REDUCERS.items() if issubclass(cls, PackedReducer))
+        raise ValueError(f"variant {variant.name!r}: hierarchy=node votes each rank's shard across the nodes with a "
+                         f"packed reducer's wire format ({', '.join(packed)}, or your own: docs/extending.md); "
+                         f"reducer {reducer.name!r} reduces the whole vector without one (set hierarchy: flat)")
+    if any(overlap_mode(variant.overlap)):
+        raise ValueError(f"variant {variant.name!r}: overlap={str(variant.overlap).lower()} does not apply to "
+                         "hierarchy=node (FSDP2 sets the sharded gradients after its reduce-scatter, with no gradient "
+                         "hook to launch the vote from, and gathers a unit before a forward pre-hook could apply "
+                         "its direction); set variant.overlap=false")
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -106,6 +126,8 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
     groups = parameter_groups(model, weight_decay)
     betas = tuple(float(b) for b in betas)
     if kind == "lion":
+        return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+    if kind == "lion_grad_allreduce" and variant.hierarchy == "node":  # HSDP reduced the gradients (sharding.py)
         return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
     if kind == "lion_grad_allreduce":
         return GradAllreduceLion(groups, lr=lr, betas=betas, weight_decay=weight_decay,

@@ -57,6 +57,7 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
 from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
+from src.optim.shards import is_sharded, local
 from src.optim.speculation import Backoff, Speculation
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
@@ -91,9 +92,9 @@ class LionCub(LoopOptimizer, Optimizer):
             members.sort(key=lambda m: position.get(id(m[0]), len(position)))
         self._params = [p for p, _, _ in members]
         names = [n or f"#{k}" for k, (_, _, n) in enumerate(members)]
-        _check_layout(self._params, names)
+        _check_layout([local(p) for p in self._params], names)
         self._group_of = [i for _, i, _ in members]
-        self._sizes = [p.numel() for p in self._params]
+        self._sizes = [local(p).numel() for p in self._params]  # an FSDP2 parameter: its local shard
         device = self._params[0].device
         choice = choose(kernels, device, sum(self._sizes))
         self.reducer = self._build_reducer(reducer, PhaseTimer(device=device), choice.backend)
@@ -145,7 +146,7 @@ class LionCub(LoopOptimizer, Optimizer):
         if choice.backend != "triton":
             return choice, chunked
         from src.optim.fused.lion_cub import FusedLionCub, unsupported  # imports triton
-        why = unsupported(self.reducer, self._params, names)
+        why = unsupported(self.reducer, self._params, names) or _sharded(self._params)
         if why is not None:
             return KernelChoice(choice.requested, "triton", f"{choice.why}; the chunked step ({why})"), chunked
         fused = FusedLionCub(self._params, names, self._group_of, len(self.param_groups), self.reducer, self.timer)
@@ -364,6 +365,13 @@ class LionCub(LoopOptimizer, Optimizer):
             for piece in chunk.pieces:
                 last[id(self._params[piece.segment])] = chunk.index
         return last
+
+
+def _sharded(params: list[torch.Tensor]) -> str | None:
+    """Why the fused step cannot own these parameters' storage (None: it can): FSDP2 owns a sharded one's."""
+    if any(is_sharded(p) for p in params):
+        return "FSDP2 owns the storage of the sharded parameters, which the fused step would make views of its buffers"
+    return None
 
 
 def _check_layout(params: list[torch.Tensor], names: list[str]) -> None:

@@ -30,6 +30,7 @@ from src.reliability.guard import check_replicas
 from src.reliability.config import Reliability
 from src.reliability.nonfinite import NonFiniteStepError, Verdict, vote
 from src.reliability.rng import capture_rng_state
+from src.reliability.sharded_state import ShardedState
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
@@ -41,7 +42,8 @@ def check_reliability_config(reliability: Reliability, world_size: int) -> None:
 
 class StepHooks:
     def __init__(self, reliability: Reliability, ctx: DistContext, run_dir: Path, model, optimizer, task,
-                 meta: dict, total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None):
+                 meta: dict, total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None,
+                 shards: ShardedState | None = None, replica_shards: int = 1):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
         self.faults = Faults.from_config(reliability.fault, ctx.rank, ctx.world_size)
@@ -53,6 +55,8 @@ class StepHooks:
         self.step, self._before = 0, None
         self.stop, self.interrupted = stop or StopSignals(), None  # interrupted: Interrupted once stopped
         self.signum = 0  # the stop signal the ranks agreed on in the last vote (0: none)
+        self.shards = shards  # hierarchy=node: the checkpoints' sharded part (src/reliability/sharded_state.py)
+        self.replica_shards = replica_shards  # ranks per node whose shards differ (1: every rank holds the model)
         self.vote_group = None  # the group the vote runs on (None: the default; see `separate_vote`)
 
     def separate_vote(self) -> None:
@@ -88,7 +92,8 @@ class StepHooks:
                       f"ranks ({self.progress.skipped_steps} skipped so far)", flush=True)
             return verdict
         rng, data = self._before
-        path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data)
+        path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data,
+                                self.shards)
         raise NonFiniteStepError(f"non-finite loss or gradient at step {self.step} on rank(s) {bad} "
                                  f"(nonfinite.policy=stop). The last good state (after step {self.progress.step}) is "
                                  f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
@@ -116,9 +121,10 @@ class StepHooks:
         self.faults.maybe_perturb(step, self.params)
         stopping, saving = self.stops_at(step), self.saves_at(step)
         if self.guard_every and (saving or step % self.guard_every == 0):
-            check_replicas(self.named, step)
+            check_replicas(self.named, step, self.replica_shards)
         if saving:
-            path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta)
+            path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta,
+                                    shards=self.shards)
             if self.ctx.is_main:
                 print(f"lioncub: checkpoint {path}", flush=True)
             if stopping:

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.transport.device import on_collective_device
+from src.optim.shards import local
 
 POLICIES = ("skip", "stop")
 
@@ -59,7 +60,7 @@ def step_is_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=No
     ok = torch.isfinite(loss.detach()).all()
     if grad_norm is not None:
         return ok & torch.isfinite(grad_norm)
-    grads = [p.grad for p in params or () if p.grad is not None]
+    grads = [local(p.grad) for p in params or () if p.grad is not None]  # FSDP2: this rank's shards
     if grads:
         ok = ok & torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()
     return ok
