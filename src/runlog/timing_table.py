@@ -21,8 +21,9 @@ from src.optim.overlap import overlap_mode
 from src.runlog.runs import Run, distinguish, load_run
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
+INSIDE = ("allgather", "reduce_scatter")  # hierarchy=node: FSDP2's in-node collectives, inside forward and backward
 COLUMNS = ("network", "label", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
-           "other_ms", "total_ms", "total_sd_ms", "peak_mem_MiB", "steps_timed")
+           "other_ms", "total_ms", "total_sd_ms", *(f"{p}_ms" for p in INSIDE), "peak_mem_MiB", "steps_timed")
 
 
 def timed_rows(run: Run) -> list[dict]:
@@ -46,6 +47,7 @@ def timing_summary(run: Run) -> dict:
     if not rows:
         raise ValueError(f"{run.path}: no timed training steps in metrics.jsonl")
     ms = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in PHASES}
+    inside = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in INSIDE}
     totals = [1000 * r["time/total"] for r in rows]
     total = fmean(totals)
     peak = max((r.get("mem/peak_bytes") or 0) for r in rows)
@@ -63,6 +65,7 @@ def timing_summary(run: Run) -> dict:
         "other_ms": round(total - sum(ms.values()), 2),
         "total_ms": round(total, 2),
         "total_sd_ms": round(stdev(totals), 2) if len(totals) > 1 else None,  # the spread of the step times
+        **{f"{p}_ms": round(v, 2) for p, v in inside.items()},  # part of forward and backward, not of "other"
         "peak_mem_MiB": round(peak / 2**20, 1),
         "steps_timed": len(rows),
     }
