@@ -59,7 +59,7 @@ LAYOUTS = {  # name: (processes, nodes x ranks per node or None for flat, the ra
 }
 
 
-def _train(variant: str, layout: str, momentum_sync: dict | None = None) -> list[dict]:
+def _train(variant: str, layout: str, momentum_sync: dict | None = None, kernels: str = "torch") -> list[dict]:
     """One rank of `layout`: STEPS steps of LionCub on a tiny tied GPT (clipped on CLIPPED_STEPS); the full
     parameters after every step."""
     import torch.distributed as dist
@@ -75,7 +75,8 @@ def _train(variant: str, layout: str, momentum_sync: dict | None = None) -> list
         spec = {"name": variant, "optimizer": "lion_cub", "reducer": VARIANTS[variant], "hierarchy": "node"}
         group = shard_model(model, Variant.parse(spec), topology, torch.device("cpu")).vote_group
     optimizer = LionCub(parameter_groups(model, 0.1), lr=LR, reducer=dict(VARIANTS[variant]), group=group,
-                        kernels="torch", layout_order=list(model.parameters()), momentum_sync=momentum_sync)
+                        kernels=kernels, layout_order=list(model.parameters()), momentum_sync=momentum_sync)
+    assert optimizer.fused == (kernels == "triton"), optimizer.kernel_choice
     snapshots = []
     for step in range(1, STEPS + 1):
         x, y = _union(seen(dist.get_rank()), step)
@@ -89,8 +90,8 @@ def _train(variant: str, layout: str, momentum_sync: dict | None = None) -> list
     return snapshots
 
 
-def _run(dist, variant: str, layout: str, momentum_sync: dict | None = None) -> list[list[dict]]:
-    return dist(LAYOUTS[layout][0], _train, variant, layout, momentum_sync)
+def _run(dist, variant: str, layout: str, momentum_sync: dict | None = None, kernels: str = "torch") -> list[list[dict]]:
+    return dist(LAYOUTS[layout][0], _train, variant, layout, momentum_sync, kernels)
 
 
 SYNC = {"every": 2, "layers": "all"}
@@ -121,6 +122,19 @@ def test_two_nodes_of_two_equal_the_flat_step_on_each_node_s_batches(dist, varia
     assert differ <= total // 1000, f"{differ} of {total} elements differ after {STEPS} steps"
     for name, value in node[0][-1].items():  # where a vote flipped, the element moved by 2 lr at that step
         assert (value - flat[0][-1][name]).abs().max() <= 2 * LR * STEPS + 1e-6, name
+
+
+@pytest.mark.parametrize("layout, reference", [("node_2x1", "flat"), ("node_2x2", "node_2x2")])
+def test_the_fused_step_on_fsdp2_shards_is_bitwise_the_chunked_step(dist, layout, reference):
+    """The fused Triton step (here under Triton's interpreter) on the shards, through its copies to and from FSDP2's
+    storage (src/optim/fused/shards.py), against the chunked step: 2 x 1 against the flat run, 2 x 2 against
+    itself; with momentum sync (the flat buffer's momenta)."""
+    fused = _run(dist, "cub4", layout, SYNC, kernels="triton")
+    chunked = _run(dist, "cub4", reference, SYNC)
+    for rank in range(len(fused)):
+        for step, (a, b) in enumerate(zip(fused[rank], chunked[rank]), 1):
+            for name in a:
+                assert torch.equal(a[name], b[name]), f"rank {rank}: {name} differs after step {step}"
 
 
 def test_a_node_size_that_does_not_divide_the_world_is_refused_with_the_fix():

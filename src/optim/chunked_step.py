@@ -197,5 +197,8 @@ class ChunkedLionCub:
         """Nothing of its own: the optimizer's zero_grad runs (False)."""
         return False
 
+    def after_step(self) -> None:
+        """Nothing: the chunks' applies wrote the parameters themselves."""
+
     def buffer_bytes(self) -> int:
         return self.workspace.nbytes()

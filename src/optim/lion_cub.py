@@ -57,7 +57,7 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
 from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
-from src.optim.shards import is_sharded, local
+from src.optim.shards import local
 from src.optim.speculation import Backoff, Speculation
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
@@ -146,7 +146,7 @@ class LionCub(LoopOptimizer, Optimizer):
         if choice.backend != "triton":
             return choice, chunked
         from src.optim.fused.lion_cub import FusedLionCub, unsupported  # imports triton
-        why = unsupported(self.reducer, self._params, names) or _sharded(self._params)
+        why = unsupported(self.reducer, self._params, names)
         if why is not None:
             return KernelChoice(choice.requested, "triton", f"{choice.why}; the chunked step ({why})"), chunked
         fused = FusedLionCub(self._params, names, self._group_of, len(self.param_groups), self.reducer, self.timer)
@@ -172,12 +172,17 @@ class LionCub(LoopOptimizer, Optimizer):
 
     # --- state ------------------------------------------------------------------------------------------------
     def _momentum(self, k: int) -> torch.Tensor:
-        """Parameter k's momentum (made on first use, as torch's optimizers make their state)."""
+        """Parameter k's momentum (made on first use, as torch's optimizers make their state; a step count loaded
+        without it, e.g. from a sharded checkpoint whose momenta load next, is kept)."""
         state = self.state[self._params[k]]
         if "exp_avg" not in state:
             state["exp_avg"] = self._path.new_momentum(k)
-            state["step"] = torch.tensor(0.0)
+            state.setdefault("step", torch.tensor(0.0))
         return state["exp_avg"]
+
+    def momentum_of(self, param: torch.nn.Parameter) -> torch.Tensor:
+        """`param`'s momentum (of an FSDP2 parameter: this node's, for its local shard), where the step keeps it."""
+        return self._momentum(next(k for k, p in enumerate(self._params) if p is param))
 
     @property
     def steps_done(self) -> int:
@@ -246,6 +251,7 @@ class LionCub(LoopOptimizer, Optimizer):
                 self._inflight = pipeline
             else:
                 pipeline.finish()
+                self._path.after_step()
         with self.timer.phase("update"):
             torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
         self._steps = step
@@ -365,13 +371,6 @@ class LionCub(LoopOptimizer, Optimizer):
             for piece in chunk.pieces:
                 last[id(self._params[piece.segment])] = chunk.index
         return last
-
-
-def _sharded(params: list[torch.Tensor]) -> str | None:
-    """Why the fused step cannot own these parameters' storage (None: it can): FSDP2 owns a sharded one's."""
-    if any(is_sharded(p) for p in params):
-        return "FSDP2 owns the storage of the sharded parameters, which the fused step would make views of its buffers"
-    return None
 
 
 def _check_layout(params: list[torch.Tensor], names: list[str]) -> None:

@@ -49,9 +49,11 @@ def momentum_of(optimizer, p: torch.nn.Parameter, per_node: bool) -> torch.Tenso
     """Parameter `p`'s momentum in `optimizer` (made, zero, where it has none yet: before the first step, or before
     a checkpoint's momenta are loaded into it; a step count of 0 where none was loaded): this node's shard
     (`per_node`) or the optimizer's own DTensor."""
+    if per_node:
+        return optimizer.momentum_of(p)  # LionCub: where its step keeps it (a fused step's flat buffer)
     state = optimizer.state[p]
     if "exp_avg" not in state:
-        state["exp_avg"] = torch.zeros_like(local(p) if per_node else p)
+        state["exp_avg"] = torch.zeros_like(p)
         state.setdefault("step", torch.tensor(0.0))
     return state["exp_avg"]
 
