@@ -190,3 +190,26 @@ def test_a_nan_on_one_rank_skips_the_step_on_every_rank(demo_tokens, tmp_path):
     assert "step 5: non-finite loss or gradient on rank(s) [2, 3]; step skipped on all ranks" in proc.stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["skipped_steps"] == 1 and summary["ranks_in_sync"] is True
+
+
+@pytest.mark.slow
+def test_the_node_vote_s_bytes_cross_the_hosts_links_as_counted(tmp_path):
+    """On the emulated 2 hosts x 2 ranks (root), one step of cub4 and cub4_node on the tiny GPT: every byte of the
+    node vote crosses a host link (4 ranks x the optimizer's count, plus TCP/IP headers), and the node step sends
+    (N-1)/N * P/(P-1) = 2/3 of the flat ring's inter-host bytes (same 4-bit fields: 2 voters' and 4 voters' sums both
+    fit them; docs/node_mode.md)."""
+    from harness_util import emulator_unavailable
+
+    why = emulator_unavailable()
+    if why:
+        pytest.skip(why)
+    proc = subprocess.run([sys.executable, "-m", "src.launch.emulate", "nodes=2", "nproc_per_node=2", "rate=none",
+                           "--module", "src.bench.node_wire", "--", "--variants", "cub4,cub4_node", "--model",
+                           "gpt_tiny", "--steps", "1", "--out", str(tmp_path)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    flat, node = json.loads((tmp_path / "node_wire.json").read_text())["results"]
+    assert node["hosts"] == 2 and node["hierarchy"] == "node"
+    counted = 4 * node["wire_plan_per_rank"]["step"]
+    assert counted <= node["link_bytes"] <= 1.03 * counted, (counted, node["link_bytes"])
+    assert 0.64 <= node["link_bytes"] / flat["link_bytes"] <= 0.69, (node["link_bytes"], flat["link_bytes"])

@@ -470,6 +470,7 @@ def _summary(plan: Plan, built: Built, trained, result: LoopResult, hooks: StepH
     summary["config_adjusted"] = recorded([*optimizer.adjustments(), *compile_adjustments(built.compiling, trained)])
     if built.sharded is not None:
         summary["hierarchy"] = {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes}
+        summary["wire_bytes_per_step"] = built.sharded.hsdp_wire_plan(model) or summary["wire_bytes_per_step"]
     kernels = optimizer.kernels_record()
     if kernels is not None:
         summary["kernels"] = kernels

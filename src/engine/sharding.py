@@ -29,8 +29,9 @@ import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
-from src.comm.cost.wire_bytes import ring_allgather_bytes
+from src.comm.cost.wire_bytes import ring_allgather_bytes, ring_allreduce_bytes
 from src.distributed.topology import NodeTopology
+from src.optim.shards import local
 from src.optim.variant import Variant
 from src.utils.timing import PhaseTimer, Spans
 
@@ -95,8 +96,19 @@ class Sharded:
         """The ranks of this rank's node."""
         return self.mesh["local"].get_group()
 
+    reduce_dtype: torch.dtype = torch.float32  # FSDP2's gradient reductions
+
     def record(self) -> dict:
         return {"hierarchy": "node", **self.topology.record(), "engine": "hsdp" if self.hsdp else "fsdp2+vote"}
+
+    def hsdp_wire_plan(self, model: torch.nn.Module) -> dict[str, int] | None:
+        """Under HSDP, what this rank sends across the nodes per step: FSDP2's ring all-reduce of its gradient
+        shards in `reduce_dtype` (None for the vote: the optimizer's `wire_plan` has it)."""
+        if not self.hsdp:
+            return None
+        numel = sum(local(p).numel() for p in model.parameters() if p.requires_grad)
+        size = torch.empty(0, dtype=self.reduce_dtype).element_size()
+        return {"step": ring_allreduce_bytes(numel * size, self.topology.nodes)}
 
     def take(self) -> tuple[Spans, dict[str, int]]:
         """The in-node collectives since the last take: their timed phases and the bytes this rank sent
@@ -133,7 +145,7 @@ def shard_model(model: torch.nn.Module, variant: Variant, topology: NodeTopology
     reduce_dtype = REDUCE_DTYPES[variant.comm_dtype] if hsdp else torch.float32
     policy = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
     shard_mesh = mesh if hsdp else mesh["local"]
-    sharded = Sharded(topology, mesh, hsdp, PhaseTimer(device=device))
+    sharded = Sharded(topology, mesh, hsdp, PhaseTimer(device=device), reduce_dtype=reduce_dtype)
     for unit in [*fsdp_units(model), model]:
         fully_shard(unit, mesh=shard_mesh, mp_policy=policy)
     for module in model.modules():
