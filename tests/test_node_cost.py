@@ -294,3 +294,32 @@ def test_a_real_node_run_sends_the_modelled_bytes(tmp_path, demo_tokens):
     assert sent["wire/in_node_allgather"] == rows["allgather"]["predicted_bytes"]
     assert summary["wire_bytes_per_step"]["step"] == pytest.approx(rows["across_nodes"]["predicted_bytes"], rel=0.01)
     assert all(math.isfinite(r["measured_ms"]) for r in rows.values())
+
+
+def test_table_a1_projected_gains_the_node_rows():
+    """The GPU check's projection (hand-made results: test input, not a measurement): the node rows' step is our
+    forward + backward + our update over 1/4 of the parameters + the modeled communication; no goal is made of
+    them (they have no paper speedup)."""
+    from src.bench.gpu_check.goals import evaluate
+    from src.bench.gpu_check.projected import COLUMNS
+
+    def step(ms):
+        return {"kind": "variant", "bytes": 20.0, "floor_ms": 3.0, "noop": {"gpu_ms": ms, "host_ms": 1.0,
+                                                                          "busy_ms": ms}}
+    results = {"sections": [{"name": "phases", "steps": {"lion32": step(4.0), "cub4": step(5.0)}},
+                            {"name": "fwdbwd", "fwdbwd": {"eager": {"forward_ms": 60.0, "backward_ms": 120.0}}}]}
+    out = evaluate(results)
+    table = {(r[0], r[1], r[2], r[3]): dict(zip(COLUMNS, r)) for r in out["projected"]["rows"]}
+    node = table[("Ethernet", "4 x 4", "774M", "Lion Cub (4bit), nodes vote (cub4_node; cost model)")]
+    flat = table[("Ethernet", "4 x 4", "774M", "Lion (32bit) (mean of 2 rows)")]
+    assert node["paper step"] is None and node["projected speedup"] is None
+    assert (node["our fwd + bwd"], node["our update"]) == (180.0, 5.0 / 4)
+    assert node["projected step"] == pytest.approx(180.0 + 1.25 + node["modeled communication"])
+    assert flat["modeled speedup"] == 1.0
+    lion_step = 180.0 + 4.0 + flat["modeled communication"]
+    assert node["modeled speedup"] == pytest.approx(lion_step / node["projected step"])
+    assert node["modeled communication"] < flat["modeled communication"]
+    assert table[("Ethernet", "4 x 4", "774M", "Lion Cub (8bit), nodes vote (cub8_node; cost model)")][
+        "projected step"] is None  # cub8's update not measured
+    assert not any("cost model" in r[0] for r in out["goals"]["rows"])
+    assert any("modeled communication" in line for line in out["projected"]["sources"])

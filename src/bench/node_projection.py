@@ -169,12 +169,23 @@ def network_mapping(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
-def variant_row(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs) -> tuple[dict, list]:
-    """One variant's projected step (COLUMNS, without the speedups) and its parts."""
+def modeled(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs,
+            compute: Compute) -> tuple[dict, list]:
+    """`step_ms` of scheme `s` on `nodes` x `G` GPUs of `network` at `size` with `compute`, and its parts."""
     units = inputs.units(size, G if s.hierarchy == "node" else 1)
     node = inputs.node_link[network]
     parts = comm_parts(s, nodes, G, units, inputs.network[network], Link(node.alpha, node.beta))
-    ms = step_ms(s, parts, inputs.compute[size], G, overlapped=True)
+    return step_ms(s, parts, compute, G, overlapped=True), parts
+
+
+def voters(variant: str, nodes: int, G: int) -> int:
+    """A variant's voters on `nodes` x `G` GPUs: the nodes under the node hierarchy, else every GPU."""
+    return nodes if variant_mapping(variant).get("hierarchy") == "node" else nodes * G
+
+
+def variant_row(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs) -> tuple[dict, list]:
+    """One variant's projected step (COLUMNS, without the speedups) and its parts."""
+    ms, parts = modeled(s, network, nodes, G, size, inputs, inputs.compute[size])
     across = next(p for p in parts if p.name == "across_nodes")
     voters = nodes if s.hierarchy == "node" else nodes * G
     return ({"network": network, "layout": f"{nodes} x {G}", "params": size, "variant": s.variant,
@@ -189,8 +200,8 @@ def projection_rows(inputs: Inputs, layouts: list[tuple[int, int]], sizes: list[
     for network in NETWORKS:
         for nodes, G in layouts:
             for size in sizes:
-                group = [variant_row(scheme(v, nodes if variant_mapping(v).get("hierarchy") == "node"
-                                            else nodes * G), network, nodes, G, size, inputs)[0] for v in variants]
+                group = [variant_row(scheme(v, voters(v, nodes, G)), network, nodes, G, size, inputs)[0]
+                         for v in variants]
                 base = {r["variant"]: r["step_ms"] for r in group}
                 for r in group:
                     for b in BASELINES:
