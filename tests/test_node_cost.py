@@ -192,24 +192,28 @@ def _network(**over) -> dict:
             "alpha": 2e-3, "beta": 1e-9, "node_alpha": 1e-4, "node_beta": 2e-10, **over}
 
 
-def _fake_node_run(folder: Path, variant: str, factor: float, nodes: int = 2, G: int = 2) -> dict:
-    """A run whose measured collectives take `factor` times the model's, each step 1 s of compute besides."""
+def _fake_node_run(folder: Path, variant: str, factor: float, nodes: int = 2, G: int = 2, compute_s: float = 1.0,
+                   network: str = "emulated", config: dict | None = None) -> dict:
+    """A run whose measured collectives take `factor` times the model's, each step `compute_s` of compute besides
+    (steps 1-4 alternating 1 +- 5 %); a flat variant's ranks all vote (nodes x G voters)."""
     from src.bench.node_cost import variant_mapping
 
+    node = variant_mapping(variant).get("hierarchy") == "node"
+    voters, per_node = (nodes, G) if node else (nodes * G, 1)
     params = dict(n_layer=2, n_head=2, n_embd=16, block_size=16, vocab_size=101)
-    parts = {p.name: p for p in comm_parts(scheme(variant, nodes), nodes, G, fsdp_units(_gpt(), G),
+    parts = {p.name: p for p in comm_parts(scheme(variant, voters), voters, per_node, fsdp_units(_gpt(), per_node),
                                            Link(2e-3, 1e-9), Link(1e-4, 2e-10))}
     timers = {"reduce_scatter": "time/reduce_scatter", "allgather": "time/allgather",
               "across_nodes": "time/communicate"}
     comm = {timers[n]: factor * p.seconds for n, p in parts.items()}
-    rows = [{"step": s, "loss": 1.0, "time/total": 1.0 + sum(comm.values()), **comm,
+    rows = [{"step": s, "loss": 1.0, "time/total": compute_s * (1 + 0.05 * (-1) ** s) + sum(comm.values()), **comm,
              **{f"wire/in_node_{n}": p.rank_bytes for n, p in parts.items() if n != "across_nodes"}}
             for s in range(1, 5)]
-    summary = {"hierarchy": {"hierarchy": "node", "nodes": nodes, "ranks_per_node": G},
-               "wire_bytes_per_step": {"step": parts["across_nodes"].rank_bytes}}
-    write_run(folder, {"variant": variant_mapping(variant), "network": _network(),
-                       "model": {"kind": "gpt", "params": params}}, rows, world_size=nodes * G, nodes=nodes,
-              network="emulated", summary=summary)
+    summary = {"wire_bytes_per_step": {"step": parts["across_nodes"].rank_bytes},
+               **({"hierarchy": {"hierarchy": "node", "nodes": nodes, "ranks_per_node": G}} if node else {})}
+    write_run(folder, {"variant": variant_mapping(variant), "network": _network(name=network),
+                       "model": {"kind": "gpt", "params": params}, **(config or {})}, rows, world_size=nodes * G,
+              nodes=nodes, network=network, summary=summary)
     return parts
 
 
@@ -246,14 +250,17 @@ def test_a_run_without_the_node_link_is_named(tmp_path):
 def test_projection_command_states_its_inputs(tmp_path, capsys):
     from src.bench import node_projection
 
-    assert node_projection.main(["--out", str(tmp_path), "--layouts", "4x4", "--sizes", "774M"]) == 0
+    assert node_projection.main(["--out", str(tmp_path), "--layouts", "4x4", "--sizes", "774M", "--what-if"]) == 0
     text = capsys.readouterr().out
     for needed in ("fitted to Table A.1's 19 Ethernet rows", "node_alpha/node_beta", "compute at 774M",
                    "GPT 774M: 779.4M parameters, 37 FSDP2 units", "The model on Table A.1's rows"):
         assert needed in text
     table = list(__import__("csv").DictReader((tmp_path / "node_projection.csv").open()))
-    assert len(table) == 2 * len(node_projection.VARIANTS)
+    assert len(table) == 2 * (len(node_projection.VARIANTS) + 3)  # + cub8/4/1_node with the vote behind backward
     by = {(r["network"], r["variant"]): r for r in table}
+    what_if = by[("Ethernet", "cub4_node (what if: vote behind backward)")]
+    assert float(what_if["step_ms"]) < float(by[("Ethernet", "cub4_node")]["step_ms"])
+    assert what_if["in_node_ms"] == by[("Ethernet", "cub4_node")]["in_node_ms"]
     for r in table:
         parts = sum(float(r[k]) for k in ("fwd_bwd_ms", "update_ms", "in_node_ms", "across_nodes_ms"))
         assert float(r["step_ms"]) == pytest.approx(parts, abs=0.3)
@@ -323,3 +330,44 @@ def test_table_a1_projected_gains_the_node_rows():
         "projected step"] is None  # cub8's update not measured
     assert not any("cost model" in r[0] for r in out["goals"]["rows"])
     assert any("modeled communication" in line for line in out["projected"]["sources"])
+
+
+def test_make_table_a1_node_rows_pool_the_repeats(tmp_path, monkeypatch):
+    """`python -m experiments.table_a1 --node` with the emulator replaced by hand-made runs (test input, not a
+    measurement): every (split, clip, link, variant, seed) is one run with the split's, clip's and seed's
+    overrides; each split and clip gets its table and checks over the pooled seeds, and the model's error."""
+    from experiments import table_a1
+
+    launched = []
+    compute = {"lion32": 3.0, "cub4": 1.0, "lion32_hsdp": 2.0, "cub4_node": 0.5}
+
+    def fake(tag, run_dir, overrides, log, rate="1gbit", cores="share"):
+        launched.append((run_dir.name, overrides, rate))
+        over = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
+        seed = int(over["seed"])
+        _fake_node_run(run_dir, over["variant"], 1.0, compute_s=compute[over["variant"]] * (1 + 0.01 * seed),
+                       network=rate, config={"seed": seed, "optim": {"clip": float(over["optim.clip"])},
+                                             "train": {"timing_skip": 1, "steps": 4}})
+        return run_dir
+
+    monkeypatch.setattr(table_a1, "train_emulated", fake)
+    out = tmp_path / "node"
+    assert table_a1.main(["--node", "--out", str(out), "--rates", "paper_ethernet", "paper_infiniband",
+                          "--splits", "vocab1k", "--clips", "0", "--seeds", "1", "2"]) == 0
+    assert len(launched) == 2 * 4 * 2
+    name, overrides, rate = launched[0]
+    assert name == "vocab1k-clip0-paper_ethernet-lion32-seed1" and rate == "paper_ethernet"
+    assert {"data=laptop_text", "model.params.vocab_size=1024", "optim.clip=0", "seed=1", "variant=lion32"} <= \
+        set(overrides)
+    findings = json.loads((out / "vocab1k-clip0" / "findings.json").read_text())
+    checks = {c["claim"]: c for c in findings["checks"]}
+    eth = next(c for k, c in checks.items() if "paper_ethernet" in k and "at most 0.7x flat cub4's" in k)
+    assert eth["verdict"] == "shown" and eth["interval"] and findings["seeds"] == [1, 2]
+    ib = next(c for k, c in checks.items() if "paper_infiniband" in k and "at least 1.9x" in k)
+    assert ib["verdict"] == "shown"  # 3.0 / 0.5 with the collectives besides
+    assert any("cub4_node's step is shorter than lion32_hsdp's" in k for k in checks)
+    table = (out / "vocab1k-clip0" / "table_a1.md").read_text()
+    assert "cub4_node" in table and "lion32_hsdp" in table
+    error = (out / "model_error.md").read_text()
+    assert error.count("| vocab1k-clip0-") == 4 * (2 + 2 + 4 + 4)  # flat: the vote and the step; node: 4 rows
+    assert "| 1.0 |" in error  # measured / predicted: the fake runs take exactly the model's time

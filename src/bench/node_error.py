@@ -93,7 +93,8 @@ def run_rows(path) -> list[dict]:
 
 def _row(run: Run, variant: str, nodes: int, G: int, part: str, predicted_s, measured_s, predicted_b, measured_b):
     ratio = round(measured_s / predicted_s, 2) if predicted_s and measured_s is not None else None
-    return {"run": run.path.name, "variant": variant, "layout": f"{nodes} x {G}", "part": part,
+    layout = f"{nodes} x {G}" if G > 1 else f"{nodes} voter{'s' if nodes > 1 else ''}"
+    return {"run": run.path.name, "variant": variant, "layout": layout, "part": part,
             "predicted_ms": None if predicted_s is None else 1e3 * predicted_s,
             "measured_ms": None if measured_s is None else 1e3 * measured_s, "measured / predicted": ratio,
             "predicted_bytes": predicted_b, "measured_bytes": measured_b}

@@ -19,14 +19,15 @@ Assumptions (the cost model's, src/comm/cost/model.py): on GPUs FSDP2 prefetches
 backward and runs its reduce-scatter (and HSDP's allreduce across nodes) behind backward, except the root unit's
 share; the flat collectives and the vote across nodes do not overlap (as in Table A.1); the G ranks of a node share
 its link to the network; the node-hierarchy update runs on 1/G of the parameters.
-`--runs` adds the model's error on measured runs (src/bench/node_error.py: predicted vs measured per run).
+`--runs` adds the model's error on measured runs (src/bench/node_error.py: predicted vs measured per run);
+`--what-if` adds each node variant with its vote behind backward, as HSDP's allreduce runs (not built).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -169,12 +170,17 @@ def network_mapping(name: str) -> dict:
     return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
 
 
-def modeled(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs,
-            compute: Compute) -> tuple[dict, list]:
-    """`step_ms` of scheme `s` on `nodes` x `G` GPUs of `network` at `size` with `compute`, and its parts."""
+def modeled(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs, compute: Compute,
+            vote_behind_backward: bool = False) -> tuple[dict, list]:
+    """`step_ms` of scheme `s` on `nodes` x `G` GPUs of `network` at `size` with `compute`, and its parts;
+    `vote_behind_backward`: what if the vote across nodes ran behind backward as HSDP's allreduce does (not built:
+    a what-if, every part but the root unit's)."""
     units = inputs.units(size, G if s.hierarchy == "node" else 1)
     node = inputs.node_link[network]
     parts = comm_parts(s, nodes, G, units, inputs.network[network], Link(node.alpha, node.beta))
+    if vote_behind_backward:
+        root = (units.numel - units.regathered) / units.numel
+        parts = [replace(p, behind="backward", last=root) if p.name == "across_nodes" else p for p in parts]
     return step_ms(s, parts, compute, G, overlapped=True), parts
 
 
@@ -183,25 +189,31 @@ def voters(variant: str, nodes: int, G: int) -> int:
     return nodes if variant_mapping(variant).get("hierarchy") == "node" else nodes * G
 
 
-def variant_row(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs) -> tuple[dict, list]:
-    """One variant's projected step (COLUMNS, without the speedups) and its parts."""
-    ms, parts = modeled(s, network, nodes, G, size, inputs, inputs.compute[size])
+def variant_row(s: Scheme, network: str, nodes: int, G: int, size: str, inputs: Inputs,
+                what_if: bool = False) -> tuple[dict, list]:
+    """One variant's projected step (COLUMNS, without the speedups) and its parts; `what_if`: its vote behind
+    backward (`modeled`)."""
+    ms, parts = modeled(s, network, nodes, G, size, inputs, inputs.compute[size], what_if)
     across = next(p for p in parts if p.name == "across_nodes")
     voters = nodes if s.hierarchy == "node" else nodes * G
-    return ({"network": network, "layout": f"{nodes} x {G}", "params": size, "variant": s.variant,
+    name = f"{s.variant} (what if: vote behind backward)" if what_if else s.variant
+    return ({"network": network, "layout": f"{nodes} x {G}", "params": size, "variant": name,
              "voters": voters, "wire": s.width(), "fwd_bwd_ms": ms["forward_backward"], "update_ms": ms["update"],
              "in_node_ms": ms["in_node"], "across_nodes_ms": ms["across_nodes"], "step_ms": ms["step"],
              "node_link_GB": across.sharing * across.rank_bytes / 1e9}, parts)
 
 
 def projection_rows(inputs: Inputs, layouts: list[tuple[int, int]], sizes: list[str],
-                    variants: tuple[str, ...] = VARIANTS) -> list[dict]:
+                    variants: tuple[str, ...] = VARIANTS, what_if: bool = False) -> list[dict]:
+    """COLUMNS per network, layout, size and variant; `what_if`: also each node vote behind backward."""
     out = []
     for network in NETWORKS:
         for nodes, G in layouts:
             for size in sizes:
-                group = [variant_row(scheme(v, voters(v, nodes, G)), network, nodes, G, size, inputs)[0]
-                         for v in variants]
+                schemes = [scheme(v, voters(v, nodes, G)) for v in variants]
+                group = [variant_row(s, network, nodes, G, size, inputs)[0] for s in schemes]
+                group += [variant_row(s, network, nodes, G, size, inputs, True)[0] for s in schemes
+                          if what_if and s.hierarchy == "node" and not s.hsdp]
                 base = {r["variant"]: r["step_ms"] for r in group}
                 for r in group:
                     for b in BASELINES:
@@ -237,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="+", default=["774M", "1558M"], choices=sorted({r["params"] for r in TABLE_A1}))
     parser.add_argument("--gpu-results", type=Path, help="a GPU check's results.json (src.bench.gpu_check)")
     parser.add_argument("--runs", nargs="+", default=[], help="run folders to compare with the model")
+    parser.add_argument("--what-if", action="store_true",
+                        help="add each node variant with its vote behind backward (not built: what it would give)")
     args = parser.parse_args(argv)
     try:
         results = json.loads(args.gpu_results.read_text()) if args.gpu_results else None
@@ -250,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(inputs: Inputs, args) -> None:
     """Print and write the projection, its inputs, the model on the paper's rows and on `args.runs`."""
-    table = rounded(projection_rows(inputs, args.layouts, args.sizes))
+    table = rounded(projection_rows(inputs, args.layouts, args.sizes, what_if=args.what_if))
     paper = paper_error_rows(inputs.fits, inputs.counts)
     text = ["# Lion Cub with nodes as voters, projected at the paper's scale", "", to_markdown(table, COLUMNS),
             "## Inputs", "", *[f"- {s}" for s in inputs.sources()], "", "## The model on Table A.1's rows", "",
