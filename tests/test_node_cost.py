@@ -371,3 +371,19 @@ def test_make_table_a1_node_rows_pool_the_repeats(tmp_path, monkeypatch):
     error = (out / "model_error.md").read_text()
     assert error.count("| vocab1k-clip0-") == 4 * (2 + 2 + 4 + 4)  # flat: the vote and the step; node: 4 rows
     assert "| 1.0 |" in error  # measured / predicted: the fake runs take exactly the model's time
+
+
+def test_projection_takes_a_gpu_checks_figures():
+    """--gpu-results (hand-made results: test input, not a measurement): forward and backward at 774M and the
+    measured updates (scaled by the parameters at 1558M) replace Table A.1's; the rest stays the paper's."""
+    from src.bench.node_projection import gather_inputs
+
+    results = {"sections": [{"name": "phases", "steps": {"cub4": {"kind": "variant", "noop": {"gpu_ms": 5.0}}}},
+                            {"name": "fwdbwd", "fwdbwd": {"eager": {"forward_ms": 60.0, "backward_ms": 120.0}}}]}
+    inputs = gather_inputs(["774M", "1558M"], results)
+    at774, at1558 = inputs.compute["774M"], inputs.compute["1558M"]
+    assert (at774.forward_ms, at774.backward_ms, at774.update_ms["cub4"]) == (60.0, 120.0, 5.0)
+    assert at774.update_ms["lion32"] == pytest.approx((21.5 + 21.9 + 21.4) / 3)  # Table A.1's 774M rows
+    assert at1558.forward_ms == pytest.approx((36.6 + 36.2) / 2)  # not measured at 1558M: the paper's
+    assert at1558.update_ms["cub4"] == pytest.approx(5.0 * inputs.counts["1558M"] / inputs.counts["774M"])
+    assert "not measured at 1558M" in at1558.source and "fwdbwd section" in at774.source
