@@ -129,7 +129,8 @@ def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module,
     """The variant at this launch: its voters are the ranks, or the nodes of `topology` (hierarchy=node)."""
     voters, what = (ctx.world_size, "process(es)") if topology is None else (topology.nodes, "node(s) voting")
     try:
-        validate_variant(job.variant, voters, model, network=job.network)
+        validate_variant(job.variant, voters, model, network=job.network,
+                         ranks_per_node=1 if topology is None else topology.ranks_per_node)
     except ValueError as exc:
         largest = largest_world_size(job.variant)
         limit = "" if largest is None or voters <= largest else (
@@ -442,7 +443,8 @@ def _build(plan: Plan) -> Built:
     # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
     network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
     optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
-                                network=network, group=sharded.vote_group if sharded else None)
+                                network=network, group=sharded.vote_group if sharded else None,
+                                ranks_per_node=sharded.topology.ranks_per_node if sharded else 1)
     compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
     if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
         if sharded is not None:

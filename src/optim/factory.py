@@ -43,16 +43,17 @@ def is_auto(variant: Variant) -> bool:
     return variant.optimizer == "lion_cub" and variant.reducer.get("name") == "auto"
 
 
-def resolve_auto(variant: Variant, world_size: int, numel: int,
-                 network: Network | NetworkCosts | None) -> tuple[Variant, AutoChoice | None]:
-    """`variant` with `reducer: auto` replaced by the chosen reducer, and the choice (None when not auto)."""
+def resolve_auto(variant: Variant, world_size: int, numel: int, network: Network | NetworkCosts | None,
+                 ranks_per_node: int = 1) -> tuple[Variant, AutoChoice | None]:
+    """`variant` with `reducer: auto` replaced by the chosen reducer, and the choice (None when not auto);
+    `ranks_per_node` > 1: hierarchy=node, `world_size` nodes voting on shards of the `numel` parameters."""
     if not is_auto(variant):
         return variant, None
     if network is None:
         raise ValueError(f"variant {variant.name!r}: reducer 'auto' needs the network's alpha and beta "
                          "(network config or fit file)")
     costs = network if isinstance(network, NetworkCosts) else network_costs(Network.parse(network))
-    choice = choose_reducer(dict(variant.reducer), world_size, numel, costs)
+    choice = choose_reducer(dict(variant.reducer), world_size, numel, costs, ranks_per_node)
     return replace(variant, reducer=dict(choice.options)), choice
 
 
@@ -61,12 +62,13 @@ def _numel(model: torch.nn.Module | None) -> int:
 
 
 def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.nn.Module | None = None,
-                     network: Network | Mapping | NetworkCosts | None = None) -> None:
-    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` (or on `model`); `network`
-    (its config or `NetworkCosts`) is read only for `reducer: auto`."""
+                     network: Network | Mapping | NetworkCosts | None = None, ranks_per_node: int = 1) -> None:
+    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` voters (or on `model`);
+    `network` (its config or `NetworkCosts`) and `ranks_per_node` (hierarchy=node) are read only for
+    `reducer: auto`."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
-    variant, _ = resolve_auto(variant, world_size, _numel(model), network)
+    variant, _ = resolve_auto(variant, world_size, _numel(model), network, ranks_per_node)
     if kind == "lion" and world_size > 1:
         raise ValueError(f"variant {variant.name!r}: optimizer 'lion' does not communicate, but world_size="
                          f"{world_size}; use lion_grad_allreduce (Lion 32/16-bit) or lion_cub")
@@ -116,11 +118,12 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: float, betas: tuple[float, float],
-                    weight_decay: float, group=None,
-                    network: Network | Mapping | NetworkCosts | None = None) -> LoopOptimizer:
+                    weight_decay: float, group=None, network: Network | Mapping | NetworkCosts | None = None,
+                    ranks_per_node: int = 1) -> LoopOptimizer:
     """The optimizer of `variant` over `model`'s trainable parameters: a `LoopOptimizer` (src/optim/interface.py).
     With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice
-    (src.comm.reducers.auto.AutoChoice)."""
+    (src.comm.reducers.auto.AutoChoice), made for the ranks of `group` as voters, each voting on
+    1/`ranks_per_node` of the parameters (hierarchy=node: the nodes' vote group and the node size)."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
     groups = parameter_groups(model, weight_decay)
@@ -136,7 +139,7 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
         return build_baseline(kind, model, variant, groups, lr=lr, betas=betas, weight_decay=weight_decay,
                               group=group)
     world_size = dist.get_world_size(group) if dist.is_initialized() else 1
-    variant, choice = resolve_auto(variant, world_size, _numel(model), network)
+    variant, choice = resolve_auto(variant, world_size, _numel(model), network, ranks_per_node)
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant.reducer),
                         momentum_sync=variant.momentum_sync, group=group, overlap=variant.overlap,
                         layout_order=list(model.parameters()), reducer_choice=choice, kernels=variant.kernels)

@@ -84,14 +84,14 @@ def to_markdown(rows: list[dict], columns=COLUMNS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(rows: list[dict], out_dir: str | Path, stem: str = "timing") -> tuple[Path, Path]:
-    """Write `<stem>.md` and `<stem>.csv` into `out_dir`; returns both paths."""
+def write_table(rows: list[dict], out_dir: str | Path, stem: str = "timing", columns=COLUMNS) -> tuple[Path, Path]:
+    """Write `<stem>.md` and `<stem>.csv` of `columns` into `out_dir`; returns both paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
-    md.write_text(to_markdown(rows))
+    md.write_text(to_markdown(rows, columns))
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     return md, csv_path
