@@ -48,13 +48,16 @@ class Check:
     from these runs (then `measured` says why) or, for a timing comparison with an `interval`, when the interval
     includes no difference (within noise). `value` is the number it compares (the tie rate, a ratio of times): its
     spread over seeds is what the index shows; `interval` the 95 % interval of a timing comparison's `value`
-    (analysis/verdicts.py); `paper` the paper's number for it, where the paper gives one."""
+    (analysis/verdicts.py); `paper` the paper's number for it, where the paper gives one. `across_seeds`: a claim
+    about the seeds' band (one configuration against another's spread over the seeds), decided once on every seed's
+    runs together (analysis/verdicts.py `over_seeds`)."""
     claim: str
     measured: str
     holds: bool | None
     value: float | None = None
     interval: list[float] | None = None
     paper: str = ""
+    across_seeds: bool = False
 
     @property
     def verdict(self) -> str:
@@ -193,6 +196,7 @@ def findings_payload(figure: str, drawn: Drawn) -> dict:
                        "holds": {verdicts.SHOWN: True, verdicts.NOT_SHOWN: False}.get(s.verdict),
                        "shown_in": s.shown_in, "decided": len(s.decided), "spread": s.summary(),
                        "spread_text": s.spread_text(), "interval": s.interval, "pooled": s.pooled,
+                       "across_seeds": s.across_seeds,
                        "measured": measured_text(s),
                        "per_seed": {str(k): {"holds": s.holds[k], "value": s.values.get(k), "measured": s.measured[k]}
                                     for k in s.holds},

@@ -17,6 +17,9 @@ holds 1 is within noise, whatever the point estimate says (a share of a step, Ta
 threshold, 50 %, in the same way). `steps_to_resolve` says how many timed steps per variant
 such a comparison would need at the measured spread.
 
+A claim about the seeds' band (a configuration's final value inside another's min-max over the seeds: the node
+mode's convergence) is decided once, on every seed's runs together: its verdict is that drawing's (`across_seeds`).
+
 The spread of a check over seeds is the number it compares (`Check.value`) per seed, its mean and, from 4 seeds,
 its standard deviation; below 4 seeds the range (min-max) instead.
 """
@@ -39,7 +42,8 @@ RULE = ("A check is **shown** when it holds in every seed that decided it, **not
         "and **within noise** when the seeds disagree. A timing comparison is decided on the pooled timed steps "
         "of all repeats: the ratio of the mean times with a 95 % interval (two-level bootstrap over repeats and "
         "steps, 2000 resamples); an interval on the finding's side of 1 (of the threshold, for a share) shows it, "
-        "on the other side it is not shown, and an interval that includes 1 (no difference) is **within noise**. Spread: mean and standard "
+        "on the other side it is not shown, and an interval that includes 1 (no difference) is **within noise**. "
+        "A claim about the seeds' band is decided once, on all seeds together. Spread: mean and standard "
         "deviation over 4 or more seeds, mean and range (min-max) below 4. One seed gives a single run's verdict, "
         "marked 1 of 1.")
 
@@ -121,6 +125,7 @@ class Spread:
     missing: dict[int, str] = field(default_factory=dict)   # seed: why it has no verdict for this check
     interval: list[float] | None = None                      # the pooled comparison's, where it decides
     pooled: str = ""                                         # the pooled comparison's measured text
+    across_seeds: bool = False                               # decided once on every seed's runs together
 
     @property
     def decided(self) -> list[int]:
@@ -153,7 +158,7 @@ class Spread:
         return f"{g(s['mean'])} ({g(s['min'])} to {g(s['max'])}, n={s['n']})"
 
     def k_of_n(self) -> str:
-        return f"{self.shown_in} of {len(self.decided)}"
+        return "decided on all" if self.across_seeds else f"{self.shown_in} of {len(self.decided)}"
 
 
 def over_seeds(claim: str, per_seed: dict[int, dict], pooled: dict | None = None,
@@ -162,6 +167,10 @@ def over_seeds(claim: str, per_seed: dict[int, dict], pooled: dict | None = None
     seeds that computed it; `pooled`: the check as drawn from every seed at once, whose interval (a timing
     comparison pooled over the repeats) decides where it has one; `missing`: {seed: why} for seeds without it."""
     spread = Spread(claim, UNDECIDED, sorted({*per_seed, *(missing or {})}), missing=dict(missing or {}))
+    if pooled is not None and pooled.get("across_seeds"):  # the seeds' band: every seed's runs at once decide
+        spread.across_seeds, spread.missing, spread.pooled = True, {}, str(pooled.get("measured", ""))
+        spread.verdict = single(pooled.get("holds"))
+        return spread
     for seed, check in sorted(per_seed.items()):
         spread.holds[seed] = check.get("holds")
         spread.measured[seed] = str(check.get("measured", ""))

@@ -144,9 +144,10 @@ def check_hierarchy(job: Config, ctx: DistContext) -> NodeTopology | None:
     if job.variant.hierarchy != "node":
         return None
     topology = node_topology(ctx.world_size, ctx.local_world_size, job.distributed.ranks_per_node)
-    if job.stats and job.stats.get("every"):
-        raise SetupError("stats.every > 0 with variant.hierarchy=node: the in-loop statistics need every voter's "
-                         "whole update vector, which no rank of a node holds; set stats.every=0 or hierarchy=flat")
+    if job.stats and job.stats.get("every") and job.variant.optimizer == "lion_grad_allreduce":
+        raise SetupError(f"stats.every > 0 with variant={job.variant.name} (hierarchy=node, FSDP2's HSDP): FSDP2 "
+                         "averages the gradient across the nodes inside backward, so no node's own update vector "
+                         "exists to measure; set stats.every=0, or measure Lion with hierarchy=flat")
     return topology
 
 
@@ -347,6 +348,17 @@ def _replica_shards(built: Built) -> int:
     return built.sharded.topology.ranks_per_node if built.sharded is not None else 1
 
 
+def _voters(built: Built, ctx: DistContext) -> dict:
+    """Who votes, for the in-loop statistics (src/stats/hook.py): every rank, or the nodes (the vote group, this
+    rank's node index, and the node's ranks that hold its shards)."""
+    sharded = built.sharded
+    if sharded is None:
+        return {"rank": ctx.rank, "world_size": ctx.world_size}
+    topology = sharded.topology
+    return {"rank": topology.node_of(ctx.rank), "world_size": topology.nodes, "group": sharded.vote_group,
+            "node_group": sharded.node_group}
+
+
 def _sharded_state(built: Built) -> ShardedState | None:
     """The sharded part of a node run's checkpoints (None: a flat run's model.pt and rank files)."""
     sharded = built.sharded
@@ -519,9 +531,9 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
             sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
         stop = StopSignals()
         hooks = _hooks(cfg, plan, run_dir, built, progress, stop, changes)
-        stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
-                           world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
-                           wandb_run=sinks.wandb.run if sinks.wandb else None)
+        stats = make_stats(check_stats_config(job.stats, model), model, optimizer, seed=job.seed, run_dir=run_dir,
+                           start_step=progress.step, wandb_run=sinks.wandb.run if sinks.wandb else None,
+                           **_voters(built, ctx))
         with stop.installed():
             try:
                 result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats,
