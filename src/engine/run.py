@@ -59,10 +59,11 @@ from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
 from src.errors import SetupError
-from src.engine.loop import LoopResult, train
+from src.engine.loop import LoopResult, autocast, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
 from src.engine.sharding import Sharded, node_line, shard_model
+from src.engine.state_memory import after_training
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
 from src.runlog import history
@@ -483,7 +484,10 @@ def _summary(plan: Plan, built: Built, trained, result: LoopResult, hooks: StepH
                                   ctx.world_size, ctx.device, changes))
     summary["config_adjusted"] = recorded([*optimizer.adjustments(), *compile_adjustments(built.compiling, trained)])
     if built.sharded is not None:
-        summary["hierarchy"] = {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes}
+        amp = autocast(job.precision, ctx.device)
+        memory = None if hooks.interrupted else after_training(task, model, optimizer, amp)  # one more fwd+bwd
+        summary["hierarchy"] = {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes,
+                                "memory": memory}
         summary["wire_bytes_per_step"] = built.sharded.hsdp_wire_plan(model) or summary["wire_bytes_per_step"]
     kernels = optimizer.kernels_record()
     if kernels is not None:
