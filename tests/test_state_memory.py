@@ -18,11 +18,13 @@ from omegaconf import OmegaConf
 
 from src.bench.memory import CONF
 from src.bench.rank_memory import rank_record, tracked_workspace
+from src.comm.transport.workspace import Workspace
 from src.distributed.topology import NodeTopology
 from src.engine.sharding import shard_model
-from src.engine.state_memory import fsdp2_held_bytes, measure
+from src.engine.state_memory import fsdp2_held_bytes, measure, state_bytes
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
+from src.optim.lion import Lion
 from src.optim.variant import Variant
 from src.utils.storage_tracker import StorageTracker
 
@@ -57,6 +59,22 @@ def test_followed_storages_count_from_the_start_and_each_storage_once():
     tracker = StorageTracker()
     tracker.follow([base, base[:5], None])
     assert tracker.current == tracker.peak == 40
+
+
+def test_the_workspace_is_every_other_tensor_the_optimizer_holds():
+    """Plain Lion holds its parameters and momenta only; a buffer held through one of lioncub's objects is
+    workspace; a storage counts once, under the first kind that holds it."""
+    model = torch.nn.Linear(10, 3)
+    optimizer = Lion(model.parameters(), lr=1e-3)
+    model(torch.ones(2, 10)).sum().backward()
+    optimizer.step()
+    assert state_bytes(model, optimizer) == {"parameters": 132, "gradients": 132, "optimizer_state": 132 + 8,
+                                             "workspace": 0, "fsdp2_held": 0, "total": 404}
+    optimizer.held = Workspace()
+    optimizer.held.get("scratch", 100, torch.float32, torch.device("cpu"))
+    optimizer.held.get("words", 30, torch.float32, torch.device("cpu"))
+    optimizer.held._buffers["momentum"] = optimizer.state[model.bias]["exp_avg"]  # counted as state already
+    assert state_bytes(model, optimizer)["workspace"] == 400 + 120
 
 
 class Tiny(torch.nn.Module):

@@ -9,10 +9,10 @@ step (forward and backward of one sequence of `tokens` random tokens, the optimi
 forward and backward measured by src/engine/state_memory.py `measure`: the bytes kept across a step (parameters,
 gradients, optimizer state, workspace, what FSDP2 still holds), the peak during forward and backward (activations of
 that one sequence included) and the largest FSDP2 unit's all-gathered share, all per model parameter. The rank that
-keeps the most is reported (ranks differ by their shards' padding). The workspace is also measured by following
-what the first optimizer step allocates and keeps (`workspace_tracked`, as src/bench/memory.py does), beside
-`buffer_bytes()`. Lion Cub's bound for the node mode: 12/G + 1 bytes per parameter (fp32 parameters, gradients and
-momentum sharded G ways, at most 1 B of workspace and padding).
+keeps the most is reported (ranks differ by their shards' padding). The workspace (the tensors the optimizer holds
+beyond parameters, gradients and its state) is also measured by following what the first optimizer step allocates
+and keeps (`workspace_tracked`, as src/bench/memory.py does). Lion Cub's bound for the node mode: 12/G + 1 bytes per
+parameter (fp32 parameters, gradients and momentum sharded G ways, at most 1 B of workspace and padding).
 """
 from __future__ import annotations
 

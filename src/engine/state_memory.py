@@ -1,13 +1,14 @@
 """What a rank holds for its model and optimizer, counted from the tensors' storages (Lion Cub, Appendix A.1).
 
 Kept across a step, per rank (`state_bytes`): the parameters, the gradients as the optimizer step reads them, the
-optimizer's state (momenta and step counts) and its workspace (`workspace_bytes`: `buffer_bytes()` of LionCub and
-its reducer; plain Lion keeps none), plus what FSDP2 itself still holds (`fsdp2_held_bytes`). Each storage counts
-once, at its size: an FSDP2 parameter by the padded shard it is all-gathered from (`_sharded_param_data`), its
-gradient by the padded flat reduce-scatter output of its unit, of which the sharded gradients are views. The loop
-sets the gradients to None after the step (`zero_grad(set_to_none=True)`), which frees them, FSDP2's included; they
-are made again by the next backward, so "kept" counts them, as Lion Cub's Fig. A.1 does (flat fp32: 4 + 4 + 4 B per
-parameter and the workspace).
+optimizer's state (momenta and step counts) and its workspace: every other tensor the optimizer holds
+(`held_tensors`: its scratch and wire buffers, its reducer's, the fused step's flat buffers and tables; what
+`buffer_bytes()` claims, and more where a step keeps copies, e.g. the fused step's stand-ins of FSDP2's shards),
+plus what FSDP2 itself still holds (`fsdp2_held_bytes`). Each storage counts once, at its size: an FSDP2 parameter
+by the padded shard it is all-gathered from (`_sharded_param_data`), its gradient by the padded flat reduce-scatter
+output of its unit, of which the sharded gradients are views. The loop sets the gradients to None after the step
+(`zero_grad(set_to_none=True)`), which frees them, FSDP2's included; they are made again by the next backward, so
+"kept" counts them, as Lion Cub's Fig. A.1 does (flat fp32: 4 + 4 + 4 B per parameter and the workspace).
 
 What FSDP2 (torch 2.14) holds beyond the sharded parameters and gradients, read from its private attributes
 (`fsdp2_held_bytes`): each unit's all-gathered parameters (`all_gather_outputs`: allocated at the unit's
@@ -20,9 +21,9 @@ steps all of them are freed: 0 bytes.
 
 Peak of one forward and backward (`measure`): every storage allocated or written while it runs
 (src/utils/storage_tracker.py, sampled after every op: the all-gathers, the unsharded gradients, the reduce-scatter
-buffers, the activations of the batch) on top of the parameters and optimizer state that enter it, plus the
-workspace. The largest unit's all-gathered share (`largest_unit_allgather_bytes`: the flat all-gather output of the
-largest FSDP2 unit, padding included) says how much of that peak the sharding adds per unit.
+buffers, the activations of the batch) on top of the parameters and what the optimizer holds (its state and
+workspace) entering it. The largest unit's all-gathered share (`largest_unit_allgather_bytes`: the flat all-gather
+output of the largest FSDP2 unit, padding included) says how much of that peak the sharding adds per unit.
 
 A run of the node hierarchy records it in summary.json (`hierarchy.memory`, `after_training`): one more forward and
 backward after the last step, on the next training batch, eager (a compiled run's activations may differ), under the
@@ -33,6 +34,7 @@ fragmentation or NCCL buffers), and the peak at the granularity of ops.
 """
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 import torch
@@ -42,14 +44,13 @@ from torch.utils._pytree import tree_flatten
 
 from src.distributed.process_group import gather_objects
 from src.models import count_parameters
-from src.optim.lion import Lion
-from src.optim.lion_cub import LionCub
 from src.utils.storage_tracker import StorageTracker, storage_of, unique_storage_bytes
 
 FSDP_PARAM_TENSORS = ("all_gather_outputs", "_unsharded_inner_tensors", "_unsharded_param",
                       "_sharded_post_forward_param_data", "unsharded_accumulated_grad")
 FSDP_GROUP_TENSORS = ("_all_gather_result", "_partial_reduce_output", "_all_reduce_state")
 FSDP_COMM_TENSORS = ("all_gather_state", "reduce_scatter_states")
+CONTAINERS = (dict, list, tuple, set, frozenset)
 
 
 def _param_groups(model: torch.nn.Module) -> list:
@@ -58,14 +59,21 @@ def _param_groups(model: torch.nn.Module) -> list:
     return [g for g in groups if g is not None]
 
 
-def workspace_bytes(optimizer) -> int:
-    """Bytes the optimizer keeps between steps beyond parameters, gradients and its state."""
-    if isinstance(optimizer, LionCub):
-        return optimizer.buffer_bytes()
-    if type(optimizer) is Lion:  # plain Lion (and HSDP's Lion on the shards): its update vector comes and goes
-        return 0
-    raise TypeError(f"the memory accounting counts LionCub's and plain Lion's workspace, not "
-                    f"{type(optimizer).__name__}'s")
+def held_tensors(optimizer) -> list[torch.Tensor]:
+    """The tensors `optimizer` holds: reachable from it through lioncub's own objects (classes of `src`) and
+    Python's containers, not through modules, functions or torch's objects (its parameters and state included)."""
+    seen, stack, found = set(), [optimizer], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            found.append(obj)
+        elif isinstance(obj, CONTAINERS) or (type(obj).__module__.startswith("src.") and not isinstance(
+                obj, (type, torch.nn.Module))):
+            stack.extend(gc.get_referents(obj))
+    return found
 
 
 def fsdp2_held_bytes(model: torch.nn.Module) -> int:
@@ -100,12 +108,16 @@ def _optimizer_state(optimizer) -> list[torch.Tensor]:
 
 
 def state_bytes(model: torch.nn.Module, optimizer) -> dict[str, int]:
-    """This rank's bytes now, by kind (each storage once), and their total."""
+    """This rank's bytes now, by kind, and their total: each storage once, under the first kind that holds it
+    (the workspace: what else the optimizer holds, `held_tensors`)."""
     params = list(model.parameters())
-    kinds = {"parameters": unique_storage_bytes(params),
-             "gradients": unique_storage_bytes(p.grad for p in params),
-             "optimizer_state": unique_storage_bytes(_optimizer_state(optimizer)),
-             "workspace": workspace_bytes(optimizer), "fsdp2_held": fsdp2_held_bytes(model)}
+    kinds, counted = {}, set()
+    for kind, tensors in (("parameters", params), ("gradients", [p.grad for p in params]),
+                          ("optimizer_state", _optimizer_state(optimizer)), ("workspace", held_tensors(optimizer))):
+        storages = {s._cdata: s for t in tensors if t is not None and (s := storage_of(t)) is not None}
+        kinds[kind] = sum(s.nbytes() for key, s in storages.items() if key not in counted)
+        counted |= set(storages)
+    kinds["fsdp2_held"] = fsdp2_held_bytes(model)
     return {**kinds, "total": sum(kinds.values())}
 
 
@@ -114,14 +126,14 @@ def measure(model: torch.nn.Module, optimizer, forward_backward: Callable[[], No
     it leaves is counted (kept), then the gradients are set to None as the loop does (what that frees, and what
     FSDP2 still holds between steps). Collective where the model is sharded: every rank calls it."""
     tracker = StorageTracker(written=True)
-    tracker.follow([*model.parameters(), *(p.grad for p in model.parameters()), *_optimizer_state(optimizer)])
+    tracker.follow([*model.parameters(), *(p.grad for p in model.parameters()), *held_tensors(optimizer)])
     with tracker:
         forward_backward()
     kept = state_bytes(model, optimizer)
     grads = [StorageWeakRef(storage_of(p.grad)) for p in _trainable(model) if p.grad is not None]
     optimizer.zero_grad(set_to_none=True)
     n = count_parameters(model)
-    peak = tracker.peak + kept["workspace"]
+    peak = tracker.peak
     unit = largest_unit_allgather_bytes(model)
     return {"model_parameters": n, "kept_bytes": kept, "kept_bytes_per_param": round(kept["total"] / n, 3),
             "peak_fwd_bwd_bytes": peak, "peak_fwd_bwd_bytes_per_param": round(peak / n, 3),
