@@ -117,7 +117,7 @@ def test_the_accounting_of_a_tiny_fsdp2_model_on_2x2_ranks_is_the_hand_count(dis
         kept = record["kept_bytes"]
         momenta = 4 * (36 if rank % 2 == 0 else 22) + 4 * 4
         assert (kept["parameters"], kept["gradients"], kept["optimizer_state"]) == (144, 144, momenta)
-        assert kept["workspace"] == workspace > 0  # buffer_bytes() is what the step keeps
+        assert kept["workspace"] == workspace > 0  # what the optimizer holds: what its first step made and kept
         assert kept["fsdp2_held"] == 0 and kept["total"] == 288 + momenta + workspace
         assert record["model_parameters"] == 5 * 7 + 5 + 3 * 5 + 3
         assert record["largest_unit_allgather_bytes"] == 2 * 24 * 4
