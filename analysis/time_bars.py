@@ -3,7 +3,7 @@ Table A.1 rows of runs with the speedup over Lion (32bit) and its limits, the gr
 on them, the stacked bars and the table files.
 
 Rows come from src/runlog/timing_table.py (`timing_summary`); each gets `kind` (the variant's name, with `+overlap`,
-`+overlap_backward` or `+overlap_both` after `variant.overlap`: src/optim/overlap.py `label_suffix`) and is drawn
+`+overlap_backward` or `+overlap_both` after `variant.overlap`: `Run.variant_label`, the run record's) and is drawn
 and tabled under `label` (`Run.label`, told apart where runs share one).
 A run with replicas at several seeds (analysis/seeds.py: here they are repeats of the same timing) gets the means
 over every replica's timed steps, `repeats`, and `total_seed_sd_ms` (the standard deviation of the repeats' mean
@@ -23,7 +23,6 @@ from analysis import timing_checks
 from analysis.bands import record
 from analysis.figure_cli import Check, need, save
 from analysis.seeds import replicas_of
-from src.optim.overlap import label_suffix
 from src.runlog.runs import Run, distinguish, load_run
 from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown
 
@@ -98,7 +97,7 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     for run in runs:
         row = pooled_summary(run)
         row["network"] = network_label(run, row)
-        row["kind"] = row["variant"] + label_suffix((run.config.get("variant") or {}).get("overlap"))
+        row["kind"] = run.variant_label
         row["wire_bytes"] = wire_bytes(run)  # bars and rows are named by row["label"]
         row.update(speculation(run))
         rows.append(row)

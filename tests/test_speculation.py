@@ -30,7 +30,7 @@ from test_train_reliability import VARIANTS, assert_same_run, interrupt_and_resu
 from src.engine.loop import speculation_flag
 from src.optim.factory import build_optimizer, validate_variant
 from src.optim.lion_cub import LionCub
-from src.optim.overlap import label_suffix, overlap_mode
+from src.utils.run_label import label_suffix, overlap_mode
 from src.optim.speculation import BACKWARD_OVERLAPPED, MAX_WAIT, Backoff
 from src.reliability.nonfinite import vote
 

@@ -33,7 +33,7 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import named_parameters_with_aliases
-from src.optim.overlap import mode_name, overlap_mode
+from src.utils.run_label import mode_name, overlap_mode
 from src.optim.variant import Variant
 
 def is_auto(variant: Variant) -> bool:

@@ -56,7 +56,8 @@ from src.optim.chunked_step import ChunkedLionCub
 from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
-from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
+from src.optim.overlap import OVERLAPPED, ForwardOverlap
+from src.utils.run_label import mode_name, overlap_mode
 from src.optim.speculation import Backoff, Speculation
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
