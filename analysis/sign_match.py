@@ -106,9 +106,8 @@ def checks(run: Run, where: str, read: Reading | None = None, groups: dict | Non
                         f"match + flip {sum(r['linf']):.2f}%" + (zeros if groups else "") + tails, sum(r["linf"]) < 50,
                         value=sum(r["linf"]), paper="most elements to zero") if "linf" in r
                   else Check("linf_zeroes_most", claim, "no linf statistics", None))
-    for m in ("linf_nozero", "log"):
-        check = _compare(r, f"{m}_matches_less", f"{where}: {method_name(m)} does not match distributed Lion", m,
-                         "sign", 0, less=True)
+    for m, id in (("linf_nozero", "linf_nozero_matches_less"), ("log", "log_matches_less")):
+        check = _compare(r, id, f"{where}: {method_name(m)} does not match distributed Lion", m, "sign", 0, less=True)
         by = "; by group: " + ", ".join(f"{g} {v[m][0]:.1f}% vs {v['sign'][0]:.1f}%" for g, v in (groups or {}).items()
                                         if m in v and "sign" in v)
         check.measured += (by if groups else "") + tails

@@ -132,3 +132,12 @@ def test_a_check_needs_an_id_the_manifests_can_key_on(bad):
     with pytest.raises(ValueError, match="lowercase letters, digits and _"):
         Check(bad, "With 4 workers over 30% of the elements have a tied majority vote", "31%", True)
     assert Check("ties_over_30_at_4", "c", "31%", True).verdict == "shown"
+
+
+def test_every_unshown_reason_of_the_papers_manifests_names_a_check_its_analysis_makes():
+    """A reason keyed by an id no check has would never be shown: each id is a literal of the analysis code."""
+    from experiments.manifest import load_manifest, manifest_names
+
+    code = "\n".join(p.read_text() for p in (REPO / "analysis").glob("*.py"))
+    ids = [(name, u["check"]) for name in manifest_names() for u in load_manifest(name, "laptop").unshown]
+    assert len(ids) >= 9 and [(name, i) for name, i in ids if f'"{i}"' not in code] == []
