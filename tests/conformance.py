@@ -23,8 +23,9 @@ property does not apply to the reducer (the test skips, naming why). The propert
   launched during backward) equals the synchronous step bitwise, where the reducer pipelines;
 - host_sync: neither `reduce` nor LionCub's step makes a host synchronisation or hands a collective a tensor that a
   GPU run would hold on the host (the host-transfer double of tests/device_double.py);
-- options: an unknown option is refused with an error that names it (by `make_reducer` and by the class itself),
-  and so is an unknown value of every string option.
+- options: an unknown option is refused with an error that names it (by `make_reducer` and by the class itself)
+  and lists the reducer's options (its keyword arguments less the caller's plumbing, registry.PLUMBING); so is an
+  unknown value of every string option and, where the reducer takes `bits`, a field width that is none (`BAD_BITS`).
 
 Data: a flat vector of 3001 elements in 4 segments (odd sizes, a one-element layer) at magnitudes 2**-8 to 2**8,
 with exact zeros and ties, different per rank and step; reducers that take `chunk` run in chunks of 512 elements
@@ -47,7 +48,7 @@ from dist_pool import RankError
 from src.comm.cost.wire_bytes import (binomial_broadcast_bytes, binomial_gather_bytes, pairwise_all_to_all_bytes,
                                       ring_allgather_bytes, ring_allreduce_bytes)
 from src.comm.reducers.base import Reducer
-from src.comm.reducers.registry import REDUCERS, make_reducer, register
+from src.comm.reducers.registry import PLUMBING, REDUCERS, make_reducer, options_of, register
 from src.quant import METHODS
 
 WORLD = 2
@@ -61,8 +62,7 @@ LEVELS = 7  # levels per side for a quantizer that takes any number
 UNKNOWN_OPTION = "no_such_option"
 UNKNOWN_VALUE = "no-such-value"
 PROPERTIES = ("identical", "wire_bytes", "kernels", "fused", "checkpoint", "overlap", "host_sync", "options")
-# options every reducer's constructor may take that are the caller's plumbing, not a configuration choice
-PLUMBING = ("group", "dtype", "world_size", "rank", "segments", "check_finite", "timer")
+BAD_BITS = (3, "x")  # a field width no packing has, and no number: a reducer that takes `bits` refuses both by name
 
 
 class NotApplicable(Exception):
@@ -78,6 +78,11 @@ class Factory:
     name: str
     options: tuple = ()  # (option, value) pairs
     cls: type | None = None
+    module: str | None = None  # where the registered class lives: the ranks import it (a user's module, outside src/)
+
+    def __post_init__(self):
+        if self.module is None and self.cls is None and self.name in REDUCERS:
+            object.__setattr__(self, "module", REDUCERS[self.name].__module__)
 
     @property
     def reducer_class(self) -> type:
@@ -96,7 +101,7 @@ class Factory:
 
     def __call__(self, group=None, **extra) -> Reducer:
         with registered(self.name, self.cls):
-            return make_reducer(self.name, group, **{**dict(self.options), **extra})
+            return make_reducer(self.name, group, module=self.module, **{**dict(self.options), **extra})
 
 
 @contextlib.contextmanager
@@ -135,13 +140,14 @@ def quantizer_options(name: str) -> list[dict]:
 
 
 def refusal(factory: Factory) -> str | None:
-    """Why `factory`'s reducer cannot be built at WORLD ranks (planning only, no process group), or None."""
+    """Why `factory`'s reducer cannot be built at WORLD ranks (planning only, no process group): "<error type>:
+    <message>", or None. Only a ValueError naming the quantizer is a refusal (`coverage_problems`)."""
     if tdist.is_available() and tdist.is_initialized():
         return None  # then it is built on the ranks (a refusal there fails the test with the reducer's words)
     try:
         factory(world_size=WORLD)
-    except ValueError as exc:
-        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
+        return f"{type(exc).__name__}: {exc}"
     return None
 
 
@@ -156,6 +162,57 @@ def cases(extra: dict[str, list[dict]] | None = None) -> list[tuple[Factory, str
             factory = Factory(name, tuple(options.items()))
             out.append((factory, refusal(factory) if options else None))
     return out
+
+
+# --- what ran --------------------------------------------------------------------------------------------------
+LEDGER: dict[tuple[str, tuple, str], str] = {}  # (reducer, options, property) -> its outcome in this session
+
+
+def run_and_record(prop: str, check, factory: Factory, dist) -> None:
+    """`check(factory, dist)`, its outcome kept in LEDGER: passed, not applicable (why), failed."""
+    key = (factory.name, factory.options, prop)
+    try:
+        check(factory, dist)
+    except NotApplicable as why:
+        LEDGER[key] = f"not applicable: {why}"
+        raise
+    except BaseException as exc:
+        LEDGER[key] = f"failed: {type(exc).__name__}"
+        raise
+    LEDGER[key] = "passed"
+
+
+def _quant_cases(name: str, method: str, ledger: dict, refusals: dict, deselected: set) -> str | None:
+    """What is wrong with reducer `name`'s cases of quantizer `method` (None: one ran, was deselected, or was
+    refused by a ValueError naming the method)."""
+    if any(n == name and dict(o).get("quant") == method for n, o, _ in ledger):
+        return None
+    for (n, options), why in refusals.items():
+        if n == name and dict(options).get("quant") == method:
+            if why.startswith("ValueError: ") and (repr(method) in why or f"quant={method}" in why):
+                return None
+            return f"{name} with quant={method} failed to build without refusing it by name with ValueError: {why}"
+    label = f"{name}(quant={method}"
+    if any(label in test_id for test_id in deselected):
+        return None
+    return f"{name} takes quant but no case of quant={method} ran"
+
+
+def coverage_problems(registry: dict, methods, ledger: dict, refusals: dict, deselected: set,
+                      properties) -> list[str]:
+    """The registry against what ran (`ledger`, `refusals` from `cases`): every reducer of `registry` ran each of
+    `properties` with its defaults (or the test was deselected: `deselected` holds the deselected tests' ids,
+    "<property>-<case>"), and every method of `methods` other than a reducer's default ran for every reducer that
+    takes `quant`, or was refused by name (ValueError). One line per thing missing."""
+    problems = []
+    for name, cls in registry.items():
+        missing = [prop for prop in properties if (name, (), prop) not in ledger and f"{prop}-{name}" not in deselected]
+        if missing:
+            problems.append(f"{name} is registered but did not run {', '.join(missing)}")
+        parameter = inspect.signature(cls.__init__).parameters.get("quant")
+        for method in () if parameter is None else [m for m in methods if m != parameter.default]:
+            problems += filter(None, [_quant_cases(name, method, ledger, refusals, deselected)])
+    return problems
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -649,17 +706,38 @@ def _names(message: str, *words: str) -> bool:
     return any(word in message for word in words)
 
 
-def _rank_options(factory: Factory) -> dict:
-    problems = []
+def _refused(factory: Factory, option: str, value, *words: str) -> str | None:
+    """What is wrong with how `make_reducer` answers `option=value` (None: ValueError naming one of `words`)."""
+    try:
+        factory(**{option: value})
+        return f"{option}={value!r} was accepted silently"
+    except ValueError as exc:
+        if not _names(str(exc), *words):
+            return f"the error for {option}={value!r} names none of {', '.join(words)}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
+        return f"{option}={value!r} raised {type(exc).__name__} instead of ValueError: {exc}"
+    return None
+
+
+def _listed_options(factory: Factory) -> str | None:
+    """Whether make_reducer's error for an unknown option lists exactly the reducer's options (not its plumbing)."""
     try:
         factory(**{UNKNOWN_OPTION: 1})
-        problems.append(f"make_reducer({factory.name!r}, {UNKNOWN_OPTION}=1) built a reducer")
     except ValueError as exc:
-        if not _names(str(exc), UNKNOWN_OPTION):
-            problems.append(f"make_reducer's error for {UNKNOWN_OPTION}=1 does not name it: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
-        problems.append(f"make_reducer raised {type(exc).__name__} instead of ValueError for {UNKNOWN_OPTION}=1: "
-                        f"{exc}")
+        listed = str(exc).rpartition("its options are ")[2].split(", ")
+        options = options_of(factory.reducer_class) or ["none"]
+        if listed != options:
+            return f"the error for {UNKNOWN_OPTION}=1 lists {listed} as the options instead of {options}: {exc}"
+    except Exception:  # noqa: BLE001 - reported by _refused
+        pass
+    return None
+
+
+def _rank_options(factory: Factory) -> dict:
+    problems = [_refused(factory, UNKNOWN_OPTION, 1, UNKNOWN_OPTION), _listed_options(factory)]
+    if factory.takes("bits"):
+        problems += [_refused(factory, "bits", value, "bits", repr(value)) for value in BAD_BITS]
+    problems = [p for p in problems if p]
     cls = factory.reducer_class
     try:
         cls(None, **dict(factory.options), **{UNKNOWN_OPTION: 1})
@@ -669,17 +747,9 @@ def _rank_options(factory: Factory) -> dict:
             problems.append(f"{cls.__name__}'s error for {UNKNOWN_OPTION}=1 does not name it: {exc}")
     parameters = inspect.signature(cls.__init__).parameters
     for option, parameter in parameters.items():
-        if option in PLUMBING or not isinstance(parameter.default, str):
+        if option in PLUMBING or option in ("self", "group") or not isinstance(parameter.default, str):
             continue
-        try:
-            factory(**{option: UNKNOWN_VALUE})
-            problems.append(f"{option}={UNKNOWN_VALUE!r} was accepted silently")
-        except ValueError as exc:
-            if not _names(str(exc), UNKNOWN_VALUE, option):
-                problems.append(f"the error for {option}={UNKNOWN_VALUE!r} names neither the option nor the value: "
-                                f"{exc}")
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"{option}={UNKNOWN_VALUE!r} raised {type(exc).__name__} instead of ValueError: {exc}")
+        problems += filter(None, [_refused(factory, option, UNKNOWN_VALUE, UNKNOWN_VALUE, option)])
     return {"problems": problems}
 
 
