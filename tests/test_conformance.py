@@ -32,7 +32,7 @@ import torch
 import torch.distributed as tdist
 
 from conformance import (CHECKS, LEDGER, PROPERTIES, SIZES, Factory, NotApplicable, WORLD, build, cases,
-                         check_checkpoint, check_fused, check_host_sync, check_identical, check_kernels, check_options,
+                         check_checkpoint, check_devices, check_fused, check_host_sync, check_identical, check_kernels, check_options,
                          check_overlap, check_wire_bytes, coverage_problems, run_and_record, sent_bytes)
 from conftest import DESELECTED
 from src.comm.cost.wire_bytes import ring_allreduce_bytes
@@ -77,7 +77,7 @@ RUNS = {"identical": check_identical, "wire_bytes": check_wire_bytes,
         "kernels_native": lambda f, d: check_kernels(f, d, "native"),
         "kernels_triton": lambda f, d: check_kernels(f, d, "triton"),
         "fused": check_fused, "checkpoint": check_checkpoint, "overlap": check_overlap, "host_sync": check_host_sync,
-        "options": check_options}
+        "devices": check_devices, "options": check_options}
 
 
 def _params():
@@ -172,9 +172,19 @@ class SwallowsOptions(PBitReducer):
         super().__init__(group, **{k: v for k, v in options.items() if k in known})
 
 
+class DriftsOffTheReference(PBitReducer):
+    """devices: 4 ulps off on the default group (on a GPU, the device's NCCL group) but not on the gloo group the
+    CPU's reference runs on, as a result that depends on the device would be."""
+
+    def reduce(self, update, step):
+        out = super().reduce(update, step)
+        return out.mul_(1 + 2.0 ** -21) if self.group is None else out
+
+
 BROKEN = {"identical": DiffersOnRankOne, "wire_bytes": ForgetsTheAllgatherHalf, "kernels": NativeFlipsSigns,
           "fused": DecodesOffItsWireFormat, "checkpoint": DropsErrorFeedback, "overlap": TwoSlotsOnly,
-          "host_sync": ReadsBackTheUpdate, "options": SwallowsOptions}
+          "host_sync": ReadsBackTheUpdate, "devices": DriftsOffTheReference, "options": SwallowsOptions}
+ON_THE_CPU = {"devices": {"on": "cpu"}}  # a check that runs on a GPU only, run here against the CPU's own backends
 
 
 def _broken(prop: str) -> Factory:
@@ -185,7 +195,7 @@ def _broken(prop: str) -> Factory:
 def test_the_suite_finds_a_reducer_that_breaks_the_property(dist, prop):
     factory = _broken(prop)
     with pytest.raises(AssertionError, match=rf"^broken_{prop}: {prop}: ") as failed:
-        CHECKS[prop](factory, dist)
+        CHECKS[prop](factory, dist, **ON_THE_CPU.get(prop, {}))
     assert "broken_" + prop not in REDUCERS, "a broken reducer stays out of the registry"
     print(failed.value)
 
@@ -219,6 +229,18 @@ def test_options_finds_a_reducer_that_does_not_check_its_bit_width(dist):
 
 
 # --- the checks' own machinery ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["pbit", "fp32", "compressed_allreduce"])
+def test_the_devices_check_on_the_cpu(dist, name):
+    """The `devices` property's machinery where it can run here: the C loops (kernels=auto) on the default group
+    against the torch reference on a gloo group, within each reducer's stated bound; a stochastic case is not
+    compared, with the reducer's reason."""
+    check_devices(Factory(name), dist, on="cpu")
+    with pytest.raises(NotApplicable, match="stochastic rounding draws its noise from the device's generator"):
+        check_devices(Factory("pbit", (("quant", "linf"), ("levels", 7), ("bits", 8))), dist, on="cpu")
+    with pytest.raises(NotApplicable, match="the suite runs on the CPU here"):
+        check_devices(Factory(name), dist)
+
+
 def test_the_byte_model_is_that_of_the_cost_model():
     """Per collective, the bytes the recording shim counts are src/comm/cost/wire_bytes.py's (exact fractions), here
     at 3 ranks, where the ring and pairwise models do not divide evenly."""

@@ -26,7 +26,7 @@ from src.compat import TorchTooOld, check_torch
 SECTIONS = (Section("device", "device_info", "Device", 10),
             Section("phases", "phases", "Optimizer steps, peers, launches and host time on the 774M GPT", 120),
             Section("codecs", "codecs", "Codecs: each GPU backend against the CPU's torch reference", 45),
-            Section("reducers", "reducers", "Reducers on NCCL against the CPU's torch reference on gloo", 40),
+            Section("conformance", "conformance", "The conformance suite's properties on CUDA + NCCL", 100),
             Section("training", "training", "The whole loop on CUDA + NCCL", 170),
             Section("syncs", "syncs", "Host synchronisations per step, counted by CUDA", 10),
             Section("fwdbwd", "fwdbwd", "Forward and backward of the 774M GPT, eager and compiled, against Table A.1",

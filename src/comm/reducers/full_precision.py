@@ -59,6 +59,11 @@ class FullPrecisionReducer(ChunkedReducer):
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)
 
+    def device_bound(self) -> tuple[str, float, str]:
+        unit = torch.finfo(self.dtype).eps / 2
+        return ("sum", 2 * (self.world_size - 1) * unit, f"a {self.name} sum across {self.world_size} ranks in "
+                                                         "NCCL's order and gloo's")
+
 
 @register("fp32")
 class Float32Reducer(FullPrecisionReducer):

@@ -169,6 +169,12 @@ class PackedReducer(ChunkedReducer):
     def wire_bytes(self, numel: int) -> int:
         return self.padded_wire_bytes(self.plan(numel).padded_numel)
 
+    def incomparable_across_devices(self) -> str | None:
+        if self.wire.stochastic:
+            return (f"{self.name}: stochastic rounding draws its noise from the device's generator, whose CPU and "
+                    "CUDA streams differ")
+        return None
+
     def padded_wire_bytes(self, padded_numel: int) -> int:
         """Bytes this rank sends for a padded vector of `padded_numel` elements, in any layout's chunks (the fused
         step pads its buckets differently); every packed reducer states it."""
