@@ -55,7 +55,7 @@ from dist_pool import RankError
 from src.comm.cost.wire_bytes import (binomial_broadcast_bytes, binomial_gather_bytes, pairwise_all_to_all_bytes,
                                       ring_allgather_bytes, ring_allreduce_bytes)
 from src.comm.reducers.base import Reducer
-from src.comm.reducers.registry import PLUMBING, REDUCERS, make_reducer, options_of, register
+from src.comm.reducers.registry import PLUMBING, REDUCERS, make_reducer, options_of, reducer_class, register
 from src.quant import METHODS
 
 WORLD = int(os.environ.get("LIONCUB_TEST_WORLD", "2"))  # the GPU check sets it to its GPUs (at most 2)
@@ -94,7 +94,7 @@ class Factory:
 
     @property
     def reducer_class(self) -> type:
-        return self.cls if self.cls is not None else REDUCERS[self.name]
+        return self.cls if self.cls is not None else reducer_class(self.name, self.module)
 
     @property
     def label(self) -> str:

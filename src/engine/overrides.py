@@ -50,14 +50,32 @@ def near(name: str, known: list[str], n: int = 5) -> list[str]:
     return list(dict.fromkeys(within + close))[:n]
 
 
-def group_problem(override, conf: Path = CONF) -> str | None:
-    """One line when `override` chooses an option its config group does not have (None: it has them all)."""
+def search_dirs(args: list[str]) -> list[Path] | None:
+    """The config folders a `hydra.searchpath=[...]` argument adds (`file://` or plain paths: a user's variants
+    outside the repository); None when it names another kind (`pkg://`), whose options only Hydra can see."""
+    found = []
+    for arg in args:
+        parsed = _parse(arg)
+        if parsed is None or parsed.key_or_group != "hydra.searchpath":
+            continue
+        value = parsed.value()
+        for entry in value if isinstance(value, list) else [value]:
+            if "://" in str(entry) and not str(entry).startswith("file://"):
+                return None
+            found.append(Path(str(entry).removeprefix("file://")))
+    return found
+
+
+def group_problem(override, conf: Path = CONF, extra: list[Path] = ()) -> str | None:
+    """One line when `override` chooses an option its config group does not have in `conf` or the `extra` config
+    folders (None: it has them all)."""
     group = override.key_or_group
     if override.is_delete() or not _is_group(group, conf):
         return None
     values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
-    known = options(group, conf)
-    missing = [v for v in values if isinstance(v, str) and not (conf / group / f"{v}.yaml").is_file()]
+    known = sorted({o for folder in (conf, *extra) for o in options(group, folder)})
+    missing = [v for v in values if isinstance(v, str)
+               and not any((folder / group / f"{v}.yaml").is_file() for folder in (conf, *extra))]
     if not missing or not known:
         return None
     what = _WORDS.get(group, f"{group} option")
@@ -69,10 +87,13 @@ def group_problem(override, conf: Path = CONF) -> str | None:
 
 def group_problems(args: list[str], conf: Path = CONF) -> list[str]:
     """One line per argument that chooses a config group option which does not exist."""
+    extra = search_dirs(args)
+    if extra is None:
+        return []
     found = []
     for arg in args:
         parsed = _parse(arg)
-        problem = group_problem(parsed, conf) if parsed is not None else None
+        problem = group_problem(parsed, conf, extra) if parsed is not None else None
         found += [problem] if problem else []
     return found
 
