@@ -117,3 +117,13 @@ def test_a_missing_module_is_one_line_and_exit_2(demo_tokens, tmp_path):
         "lioncub: cannot start training: variant=sign2s with 1 process(es): reducer 'sign2s': module "
         "'nowhere.sign2s' cannot be imported (No module named 'nowhere'); put its folder on PYTHONPATH on every "
         "node"], proc.stderr
+
+
+def test_a_reducer_option_the_yaml_leaves_out_is_set_on_the_command_line(demo_tokens, tmp_path):
+    """`variant.reducer.<key>=...` needs no `+` (make_reducer checks the keys by name): a typo is one lioncub line
+    listing the reducer's options, exit 2."""
+    proc = _run([sys.executable, "-m", "src.train", "variant=cub4", "variant.reducer.levles=3",
+                 f"data.dir={demo_tokens}", f"run.dir={tmp_path / 'run'}", "model=gpt_tiny"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "lioncub: cannot start training: variant=cub4 with 1 process(es): reducer 'pbit' does not take option(s) "
+        "levles; its options are quant, levels, bits, vote, zeros, seed, chunk"], proc.stderr

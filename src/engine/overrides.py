@@ -3,7 +3,8 @@
 Two mistakes Hydra reports in its own words (exit status 1, on every rank of a torchrun job):
 - a plain override of a key the configuration does not have (`optim.lrr=1`), for which Hydra advises appending it
   (`+optim.lrr=1`), the wrong fix for a typo. `with_schema_keys` rewrites such an override to `++optim.lrr=1`
-  when the typed schema (src.engine.schema) knows the key is unknown; Hydra then composes, and the schema check of
+  when the typed schema (src.engine.schema) knows the key is unknown, and any override of a key of the reducer's
+  mapping (`variant.reducer.module=...`: `make_reducer` checks those, naming the reducer's options); Hydra then composes, and the schema check of
   `preflight` reports it in the same line as for `+optim.lrr=1`: `optim.lrr=1: unknown key; did you mean optim.lr?`
   (exit 2, rank 0 only). `++` adds or overrides, so a rewrite never changes what a valid override does.
 - an option of a config group that does not exist (`+exp=nope`, `data=cifar10`), which Hydra answers with the whole
@@ -18,6 +19,9 @@ import difflib
 from pathlib import Path
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
+# mappings whose keys their owner checks by name (src.comm.make_reducer names a reducer's options): an override of a
+# key the variant's YAML leaves out (`variant.reducer.module=...`, or a typo) is added, for that check to answer
+CHECKED_BY_OWNER = ("variant.reducer.",)
 _WORDS = {"exp": "preset"}
 
 
@@ -107,7 +111,8 @@ def with_schema_keys(args: list[str], conf: Path = CONF) -> list[str]:
         parsed = _parse(arg)
         plain = parsed is not None and not (parsed.is_add() or parsed.is_force_add() or parsed.is_delete())
         key = parsed.key_or_group if plain else ""
-        if plain and not key.startswith("hydra") and not _is_group(key, conf) and is_unknown_key(key):
+        if plain and not key.startswith("hydra") and not _is_group(key, conf) and (
+                is_unknown_key(key) or key.startswith(CHECKED_BY_OWNER)):
             arg = "++" + arg
         out.append(arg)
     return out
