@@ -277,7 +277,7 @@ def _deselected(config) -> set:
     return {test_id[:-1] for test_id in ids if test_id}
 
 
-def test_every_registered_reducer_and_quantizer_ran(request):
+def test_every_registered_reducer_and_quantizer_is_a_case(request):
     """The registry as it is now (a reducer registered after collection counts) against what ran in this session:
     every reducer ran every property with its defaults, and every quantizer of METHODS ran for every reducer that
     takes `quant` or was refused by name with ValueError; a test this session deselected (`-m "not slow"`, `-k`) is

@@ -250,7 +250,7 @@ def test_the_conformance_section_runs_the_suites_own_tests(tmp_path):
     found = conformance.outcomes(record)
     assert status == 0 and [r["test"] for r in found] == ["test_conformance[identical-ternary(vote=average)]",
                                                           "test_conformance[identical-ternary]",
-                                                          "test_every_registered_reducer_and_quantizer_ran"], found
+                                                          "test_every_registered_reducer_and_quantizer_is_a_case"], found
     result = SectionResult("conformance")
     conformance.record_checks(result, found + [{"test": "test_conformance[fused-x]", "outcome": "failed",
                                                 "detail": "E   AssertionError: x: fused: 3 of 9 differ"}], 0, 2)
