@@ -8,7 +8,8 @@ The reducer, `sign2s`: ternary codes (the L1 quantizer with one level per side),
 world's sums need it, one SUM allreduce, the sign of the sum (`vote: majority`). A new quantization method of one's
 own (a stochastic one, named by the same `module:`) is not part of this test.
 
-Slow (`make test-all`): a training run and a conformance run, each its own process (about a minute on 2 cores).
+The newcomer's run is slow (`make test-all`): a training run and a conformance run, each its own process (about
+a minute and a half on 2 idle cores); `make test` keeps the one-line refusal of a module that cannot be imported.
 """
 from __future__ import annotations
 
@@ -119,6 +120,7 @@ def test_a_missing_module_is_one_line_and_exit_2(demo_tokens, tmp_path):
         "node"], proc.stderr
 
 
+@pytest.mark.slow  # make test's time: a training start of its own (10 s)
 def test_a_reducer_option_the_yaml_leaves_out_is_set_on_the_command_line(demo_tokens, tmp_path):
     """`variant.reducer.<key>=...` needs no `+` (make_reducer checks the keys by name): a typo is one lioncub line
     listing the reducer's options, exit 2."""

@@ -240,22 +240,23 @@ def test_coarse_inputs_make_every_block_sum_exact_in_any_order():
 
 
 def test_the_conformance_section_runs_the_suites_own_tests(tmp_path):
-    """The section's path on the CPU (2 gloo ranks, one case): pytest over tests/test_conformance.py with this
-    module as its plugin, the outcomes recorded as they come, each one check; the coverage test last."""
+    """The section's path on the CPU (2 gloo ranks, the cheapest property of one reducer: the section leaves
+    `options` out on a GPU): pytest over tests/test_conformance.py with this module as its plugin, the outcomes
+    recorded as they come, each one check; the coverage test last."""
     from src.bench.gpu_check import conformance
     from src.bench.gpu_check.results import SectionResult
 
     record, log = tmp_path / "record.jsonl", tmp_path / "log.txt"
-    status = conformance.run_suite(record, log, "cpu", 2, 600, select="ternary and identical or every_registered")
+    status = conformance.run_suite(record, log, "cpu", 2, 600, select="options and ternary or every_registered")
     found = conformance.outcomes(record)
-    assert status == 0 and [r["test"] for r in found] == ["test_conformance[identical-ternary(vote=average)]",
-                                                          "test_conformance[identical-ternary]",
+    assert status == 0 and [r["test"] for r in found] == ["test_conformance[options-ternary(vote=average)]",
+                                                          "test_conformance[options-ternary]",
                                                           "test_every_registered_reducer_and_quantizer_is_a_case"], found
     result = SectionResult("conformance")
     conformance.record_checks(result, found + [{"test": "test_conformance[fused-x]", "outcome": "failed",
                                                 "detail": "E   AssertionError: x: fused: 3 of 9 differ"}], 0, 2)
     checks = {c["name"]: c for c in result.data["checks"]}
-    assert checks["test_conformance[identical-ternary]"]["ok"] and not checks["test_conformance[fused-x]"]["ok"]
+    assert checks["test_conformance[options-ternary]"]["ok"] and not checks["test_conformance[fused-x]"]["ok"]
     assert result.data["status"] == "failed" and "4 tests recorded, 3 ran their property" in result.data["notes"][0]
     assert conformance.command()[conformance.command().index("-k") + 1] == "not options"
 
