@@ -48,9 +48,10 @@ from typing import Iterable, Mapping, Sequence
 import torch
 from torch.optim import Optimizer
 
-from src.comm import REDUCERS, Reducer, make_reducer
+from src.comm import Reducer, make_reducer
 from src.comm.codecs.backend import KernelChoice, choose
 from src.comm.reducers.chunked import ChunkedReducer
+from src.comm.reducers.registry import reducer_class
 from src.comm.transport.pipeline import PIPELINE_DEPTH, Pipeline
 from src.optim.chunked_step import ChunkedLionCub
 from src.optim.interface import LoopOptimizer
@@ -134,7 +135,7 @@ class LionCub(LoopOptimizer, Optimizer):
             raise ValueError("LionCub: the kernels are chosen once, by LionCub(kernels=...) (variant.kernels), "
                              "not in the reducer mapping")
         name = options.pop("name")
-        if name in REDUCERS and "kernels" in inspect.signature(REDUCERS[name].__init__).parameters:
+        if "kernels" in inspect.signature(reducer_class(name, options.get("module")).__init__).parameters:
             options["kernels"] = backend
         return make_reducer(name, self.group, segments=self._sizes, timer=timer, **options)
 

@@ -8,7 +8,6 @@ backend) and `fused`. Everything the check needs of that interface goes through 
 """
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
 from src.comm.codecs.backend import codec as _codec, triton_status as _triton_status
@@ -60,11 +59,6 @@ def device_backends(device) -> tuple[tuple[str, ...], str | None]:
     if reason is None:
         return ("torch", "triton"), None
     return ("torch",), f"Triton kernels not compared on {device}: {reason}"
-
-
-def kernel_option(cls, backend: str) -> dict:
-    """{"kernels": backend} where `cls` (a reducer class) takes the option (the neighbours' reducers do not)."""
-    return {"kernels": backend} if "kernels" in inspect.signature(cls.__init__).parameters else {}
 
 
 def chosen(optimizer) -> tuple[str | None, bool | None]:

@@ -21,7 +21,7 @@ import torch
 
 from src.comm.codecs import native
 from src.comm.codecs import reference as codec
-from src.comm.codecs.packing import field_width
+from src.comm.codecs.packing import check_bits, field_width
 from src.comm.reducers.base import Reduction, tie_value
 from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.reducers.scales import Scales, tables_bytes
@@ -52,7 +52,8 @@ class PackedReducer(ChunkedReducer):
     def fit_fields(self, bits: int, per_rank: int, summed: str, refusal: str) -> int:
         """The narrowest field width >= `bits` that holds world_size ranks' sums of values up to `per_rank` (wider
         than asked where they would overflow, and then an adjustment naming `summed`, the values summed);
-        ValueError `refusal` where even 16-bit fields overflow."""
+        ValueError `refusal` where even 16-bit fields overflow, and naming `bits` where it is no field width."""
+        check_bits(bits)
         width = field_width(bits, per_rank, self.world_size)
         if width is None:
             raise ValueError(refusal)
@@ -167,6 +168,12 @@ class PackedReducer(ChunkedReducer):
 
     def wire_bytes(self, numel: int) -> int:
         return self.padded_wire_bytes(self.plan(numel).padded_numel)
+
+    def incomparable_across_devices(self) -> str | None:
+        if self.wire.stochastic:
+            return (f"{self.name}: stochastic rounding draws its noise from the device's generator, whose CPU and "
+                    "CUDA streams differ")
+        return None
 
     def padded_wire_bytes(self, padded_numel: int) -> int:
         """Bytes this rank sends for a padded vector of `padded_numel` elements, in any layout's chunks (the fused

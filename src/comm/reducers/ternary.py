@@ -41,7 +41,7 @@ class TernaryReducer(PackedReducer):
                          check_finite=check_finite, timer=timer)
         check_choice("vote", vote, VOTES)
         self.vote = vote
-        self.bits = self.fit_fields(max(bits, 2), 2, "codes 0..2",  # W ranks sum up to 2 W
+        self.bits = self.fit_fields(bits, 2, "codes 0..2",  # W ranks sum up to 2 W
                                     f"ternary: the sums of {self.world_size} ranks' codes (up to "
                                     f"{2 * self.world_size}) overflow even 16-bit fields")
         world = self.world_size
