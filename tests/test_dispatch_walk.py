@@ -1,9 +1,9 @@
 """Every dispatch on a method, codes, kernel or reducer name names the cases it takes and refuses the rest by name.
 
-One table of dispatches (the per-segment scale rules, the quantizers, the wire format, the fused kernels' codes and
-block statistics, the kernel choice, the reducer registry), each with the cases it declares; the walk calls each
-with every registered name (and a name nobody registered) and fails where a dispatch answers a name it does not
-declare (a catch-all `else`) or refuses one it declares.
+One table of dispatches (the quantizers, the wire format, the fused kernels' codes, the kernel choice, the reducer
+registry), each with the cases it declares; the walk calls each with every registered name (and a name nobody
+registered) and fails where a dispatch answers a name it does not declare (a catch-all `else`) or refuses one it
+declares. The block rules, codecs and kernels name no method: they read its src.quant.METHODS entry.
 """
 from __future__ import annotations
 
@@ -13,25 +13,13 @@ import pytest
 import torch
 
 from src.comm import REDUCERS, make_reducer
-from src.comm.codecs import backend, triton_kernels
+from src.comm.codecs import backend
 from src.comm.reducers.wire import CODES, WireFormat
 from src.optim.fused import kernels as fused_kernels
 from src.quant import METHODS, check_method, quantize
-from src.quant import blocks
 
 PROBE = "no_such_name"
-
-
-def _stats(method: str):
-    return blocks.block_stats(torch.ones(2, blocks.BLOCK), method)
-
-
-def _inverse(method: str):
-    return blocks.segment_inverse(torch.ones(2), torch.tensor([2]), torch.tensor([256.0]), method, 3)
-
-
-def _codes(method: str):
-    return blocks.quantize_blocks(torch.ones(2, blocks.BLOCK), torch.ones(2), method, 3, torch.zeros(2, blocks.BLOCK))
+SCALED = tuple(name for name, entry in METHODS.items() if entry.scaled)
 
 
 def _levels_wire(method: str):
@@ -53,16 +41,12 @@ def _reducer(name: str):
 
 # (name, call, the cases it declares, the names walked through it)
 DISPATCHES: list[tuple[str, Callable[[str], object], tuple, tuple]] = [
-    ("blocks.block_stats", _stats, blocks.SCALED, tuple(METHODS)),
-    ("blocks.segment_inverse", _inverse, blocks.SCALED, tuple(METHODS)),
-    ("blocks.quantize_blocks", _codes, blocks.SCALED, tuple(METHODS)),
-    ("quant.quantize", _quantize, tuple(METHODS), tuple(METHODS) + blocks.SCALED),
+    ("quant.quantize", _quantize, tuple(METHODS), tuple(METHODS)),
     ("quant.check_method", lambda m: check_method(m, METHODS[m].fixed_levels or 1 if m in METHODS else 1),
      tuple(METHODS), tuple(METHODS)),
-    ("WireFormat levels method", _levels_wire, blocks.SCALED, tuple(METHODS)),
+    ("WireFormat levels method", _levels_wire, SCALED, tuple(METHODS)),
     ("WireFormat codes", _codes_wire, CODES, CODES),
     ("fused kernels.code_kind", fused_kernels.code_kind, CODES, CODES),
-    ("fused kernels.block_maximum", fused_kernels.block_maximum, ("l1", "log"), tuple(METHODS)),
     ("backend.check_kernels", backend.check_kernels, backend.KERNELS, backend.KERNELS),
     ("make_reducer", _reducer, tuple(REDUCERS), tuple(REDUCERS)),
 ]
@@ -92,13 +76,15 @@ def test_every_registered_name_goes_through_every_dispatch(name, call, cases, na
 
 
 def test_the_fused_step_declares_its_methods_and_gates_the_rest():
-    """The fused encode has Triton code for the scaled methods of triton_kernels.METHODS; every method a reducer can
-    send is either one of them or refused before the step (src/optim/fused/lion_cub.py `unsupported`)."""
+    """The fused encode runs the scaled methods whose entries have Triton code (and a statistic with Triton code);
+    every method a reducer can send is either one of them or refused before the step (src/optim/fused/lion_cub.py
+    `unsupported`)."""
     from src.optim.fused.lion_cub import unsupported
-    for method in blocks.SCALED:
+    for method in SCALED:
+        entry = METHODS[method]
         reducer = make_reducer("pbit", world_size=1, rank=0, quant=method, levels=3, bits=8)
         why = unsupported(reducer, [torch.nn.Parameter(torch.zeros(4))], ["w"])
-        taken = method in triton_kernels.METHODS and method not in blocks.STOCHASTIC_METHODS
+        taken = entry.triton is not None and entry.statistic.triton is not None and not entry.stochastic
         assert (why is None) == taken, (method, why)
 
 
