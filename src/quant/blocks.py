@@ -137,7 +137,9 @@ _RESOLVED: dict[str, object] = {}
 class Statistic:
     """A per-block statistic of |x| and its per-segment combination (the denominator of a method's scale).
 
-    - `rows(magnitude, out=None)`: per row of a [n, BLOCK] view of |x|, the block's value ([n] float32);
+    - `name`: what it is, for messages;
+    - `rows(magnitude, dim=1, out=None)` (torch.amax's signature): per row of a [n, BLOCK] view of |x|, the
+      block's value ([n] float32; an all-zero block's is 0, so that padding changes nothing);
     - `segments(stats, blocks_per_segment, sizes)`: per segment, from its consecutive blocks' values (float32);
     - `triton`: the same per-row value in Triton, `(a, ROWS) -> [ROWS]` of a [ROWS, BLOCK] tile of |x| (a
       @triton.jit function or "module:name" of one), None where it has none (the torch code runs);

@@ -31,12 +31,12 @@ are computed with no loop over segments (src/quant/blocks.py, which the reducers
   a seeded stream (None otherwise). Optionally its kernel codes: `triton`, the same code as a @triton.jit function
   `(x, y, nan, noise, levels, GPU) -> q` (or "module:name" of one), and `native`, its number in
   src/comm/codecs/native_kernels.c's `lc_encode_levels`. A method without them runs its codes on the torch path
-  on that backend, and says so once (src/comm/codecs/backend.py `phases`).
+  on that backend, and says so once (src/comm/codecs/backend.py `runs`, `say_torch_path`).
 `fixed_levels` is the one levels count a method takes (sign: 1); `bounded` says its codes are in range by
 construction (the built-in ones), otherwise `quantize` checks them (one host sync) and refuses codes out of range,
 fractional or NaN. `quantize`, `check_method`, the block rules (src/quant/blocks.py), the codecs (torch, C,
-Triton), the fused step and the reducers' scales read the entry and nothing else; no code outside this file names
-a method.
+Triton), the fused step and the reducers' scales read the entry and nothing else: no dispatch outside src/quant/
+switches on a method's name.
 """
 from __future__ import annotations
 

@@ -14,11 +14,11 @@ sum rule) and calls its `exchange`, nothing else, so any packed reducer (src/com
 Per-layer scales (quant l1, log, or a method of one's own with Triton code) need every layer's statistics before its
 first code: one `cub_stats` kernel over all parameters first (a second read of m and g; the method's statistic),
 then the scales with the same torch functions the reference uses (src.quant.blocks.segment_inverse: a few launches
-for the whole vector). So a step is 2 launches per bucket plus a
-constant few, whatever the number of layers. With overlap, every bucket's encode and collective is launched in
-`step()` and its apply runs in the next forward pass, as on the chunked path (src/optim/overlap.py). Momentum sync
-averages the chosen layers' momenta in place: the whole momentum buffer for `layers: all`, else the chosen blocks
-gathered with one `index_select`, allreduced and put back with one `index_copy_`.
+for the whole vector). So a step is 2 launches per bucket plus a constant few, whatever the number of layers. With
+overlap, every bucket's encode and collective is launched in `step()` and its apply runs in the next forward pass,
+as on the chunked path (src/optim/overlap.py). Momentum sync averages the chosen layers' momenta in place: the whole
+momentum buffer for `layers: all`, else the chosen blocks gathered with one `index_select`, allreduced and put back
+with one `index_copy_`.
 
 The layout differs from the chunked path's (every parameter starts at a multiple of 128 elements; buckets instead
 of chunks), which changes nothing per element: votes and codes are per element, and a layer's scale is its own.
