@@ -249,7 +249,7 @@ def _run_ternary(kernels: str) -> torch.Tensor:
     return reducer.reduce(c, 1)  # every rank sends the same c: the average of the codes is the code
 
 
-@pytest.mark.parametrize("kernels", ["torch", "native"])
+@pytest.mark.parametrize("kernels", ["torch", pytest.param("native", marks=pytest.mark.slow)])  # conformance: equal
 def test_ternary_zeroes_what_is_under_its_layers_mean(dist, kernels):
     """The worked example's codes are Section 4.2's L1 quantizer with one level per side, round(c / (2 mean|c|)):
     0 where |c| is under its layer's mean |c| (as its docstring, YAML and docs/extending.md say), +-1 above; half the
