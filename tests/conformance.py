@@ -2,7 +2,9 @@
 
 A case is a `Factory`: a reducer name of `src.comm.reducers.registry.REDUCERS` and options (only the defaults is a
 case too: a reducer added to the registry is tested with no test edits), or a class outside the registry (the
-deliberately broken reducers of the tests), registered under its name only while it is built. Each
+deliberately broken reducers of the tests), registered under its name only while it is built; `methods` are
+quantization methods of one's own (name, `src.quant.Method`) registered in `src.quant.METHODS` only while it is built
+(the reducer's wire format keeps the entry it read). Each
 `check_<property>(factory, dist)` runs the reducer on real gloo ranks (`dist`, tests/conftest.py) and returns
 None, raises AssertionError "<case>: <property>: <how it failed>", or raises `NotApplicable(why)` where the
 property does not apply to the reducer (the test skips, naming why). The properties:
@@ -14,9 +16,12 @@ property does not apply to the reducer (the test skips, naming why). The propert
   collective counted by a recording shim over `torch.distributed` under the algorithms of
   src/comm/cost/wire_bytes.py (see `sent_bytes`);
 - kernels: the C loops (`native`) and the Triton kernels (`triton`, Triton's interpreter on a CPU) give the torch
-  reference's directions bit for bit, where the reducer takes a `kernels` option;
+  reference's directions bit for bit, and LionCub's whole step on them (encode, block statistics, decode, update)
+  the parameters and momenta of the torch step, where the reducer takes a `kernels` option; with `triton`, the
+  step is the chunked one (Triton codecs where the method's entry has Triton code, torch where not) wherever the
+  fused step does not take the reducer, so that together with `fused` every method's Triton step is compared;
 - fused: LionCub's fused Triton step (src/optim/fused/) leaves the parameters and momenta of the chunked torch step
-  bit for bit, where the fused step takes the reducer (a packed `wire` format);
+  bit for bit, where the fused step takes the reducer (a packed `wire` format whose method has Triton code);
 - checkpoint: a reducer rebuilt from its `state_dict` (saved with torch.save, read by the checkpoint's safe loader)
   continues bitwise as the one that was not interrupted; LionCub resumed from its `state_dict` likewise;
 - overlap: LionCub with `overlap=True` (every chunk in flight into the next step) and `overlap="backward"` (chunks
@@ -56,7 +61,7 @@ from src.comm.cost.wire_bytes import (binomial_broadcast_bytes, binomial_gather_
                                       ring_allgather_bytes, ring_allreduce_bytes)
 from src.comm.reducers.base import Reducer
 from src.comm.reducers.registry import PLUMBING, REDUCERS, make_reducer, options_of, reducer_class, register
-from src.quant import METHODS
+from src.quant import METHODS, Method
 
 WORLD = int(os.environ.get("LIONCUB_TEST_WORLD", "2"))  # the GPU check sets it to its GPUs (at most 2)
 DEVICE = os.environ.get("LIONCUB_TEST_DEVICE", "cpu")  # cuda: on the GPUs, one per rank (make gpu-check)
@@ -87,6 +92,7 @@ class Factory:
     options: tuple = ()  # (option, value) pairs
     cls: type | None = None
     module: str | None = None  # where the registered class lives: the ranks import it (a user's module, outside src/)
+    methods: tuple = ()  # (name, src.quant.Method) pairs: quantization methods of one's own
 
     def __post_init__(self):
         if self.module is None and self.cls is None and self.name in REDUCERS:
@@ -108,7 +114,7 @@ class Factory:
         return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
     def __call__(self, group=None, **extra) -> Reducer:
-        with registered(self.name, self.cls):
+        with registered(self.name, self.cls), methods_registered(self.methods):
             return make_reducer(self.name, group, module=self.module, **{**dict(self.options), **extra})
 
 
@@ -123,6 +129,19 @@ def registered(name: str, cls: type | None):
         yield
     finally:
         REDUCERS.pop(name, None)
+
+
+@contextlib.contextmanager
+def methods_registered(methods: tuple):
+    """The (name, Method) pairs in src.quant.METHODS while inside (a name already registered is an error)."""
+    for name, method in methods:
+        assert name not in METHODS and isinstance(method, Method), name
+        METHODS[name] = method
+    try:
+        yield
+    finally:
+        for name, _ in methods:
+            METHODS.pop(name, None)
 
 
 def quantizer_options(name: str) -> list[dict]:
@@ -578,9 +597,19 @@ def _rank_kernels(factory: Factory, backend: str) -> dict:
         return {"not_applicable": f"kernels={backend} runs {choice.backend} here: {choice.why}"}
     out = {"want": [_reduce(reference, rank, step) for step in STEPS],
            "got": [_reduce(other, rank, step) for step in STEPS]}
-    if backend == "native":  # LionCub's chunked step on the C loops (kernels=triton is the fused property's)
-        out["step_want"], out["step_got"] = _train(factory, "torch"), _train(factory, "native")
+    if backend == "native" or not _fused_takes(factory):  # else the fused property compares the Triton step
+        steps = 3 if backend == "triton" else TRAIN_STEPS  # the interpreter is slow: 3 steps
+        out["step_want"], out["step_got"] = _train(factory, "torch", steps=steps), _train(factory, backend, steps=steps)
+        if out["step_got"]["fused"]:
+            raise AssertionError(f"LionCub(kernels={backend}) took the fused step, which refused the reducer")
     return out
+
+
+def _fused_takes(factory: Factory) -> bool:
+    """Whether LionCub's fused step takes the reducer (src/optim/fused/lion_cub.py `unsupported`)."""
+    from src.optim.fused.lion_cub import unsupported  # imports triton
+    params = _params()
+    return unsupported(build(factory), params, [f"p{k}" for k in range(len(params))]) is None
 
 
 def check_kernels(factory: Factory, dist, backend: str = "native", world_size: int = WORLD) -> None:
@@ -595,8 +624,9 @@ def check_kernels(factory: Factory, dist, backend: str = "native", world_size: i
                 raise _fail(factory, "kernels", f"kernels={backend} against kernels=torch, rank {rank}, step {step}: "
                                                 f"{how}")
         for what in ("params", "momenta") if "step_want" in out else ():
-            _compare_tensors(factory, "kernels", f"LionCub(kernels={backend}) against LionCub(kernels=torch), rank "
-                                                 f"{rank}, {what}", out["step_want"][what], out["step_got"][what])
+            _compare_tensors(factory, "kernels", f"LionCub(kernels={backend}) (the whole step) against "
+                                                 f"LionCub(kernels=torch), rank {rank}, {what}",
+                             out["step_want"][what], out["step_got"][what])
 
 
 # --- the fused step --------------------------------------------------------------------------------------------

@@ -13,10 +13,11 @@ one broken in one way, and the property's check fails on it with the property's 
 
 Real bugs of src/ the suite finds are listed in KNOWN_BUGS (strict xfail: a fix fails the test until its entry goes).
 
-Time (`make test` runs the non-slow part, about 30-40 s on 2 cores): there the Triton interpreter runs the kernels and
-the fused step for one case (pbit's defaults), and one fused step per packed reducer (wire_bytes); the Triton paths
-of every other case, the quantizers of the parameter servers, 3 ranks, and each broken reducer against the
-properties it keeps run in `make test-all`.
+Time (`make test` runs the non-slow part): there the Triton interpreter runs the kernels and the fused step for one
+case (pbit's defaults), every method's whole Triton step through pbit's quantizer cases (the fused step where it
+takes the method, else the chunked step on the Triton codecs: about 9 s each), and one fused step per packed reducer
+(wire_bytes); the Triton paths of every other case, the quantizers of the parameter servers, 3 ranks, and each
+broken reducer against the properties it keeps run in `make test-all`.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from src.comm.reducers.registry import REDUCERS
 from src.comm.reducers.ternary import TernaryReducer
 from src.comm.transport.pipeline import PIPELINE_DEPTH
 from src.quant import METHODS
+from own_scaled_methods import HALF_MEAN, HALF_MEAN_TRITON, WRONG_TRITON_STATISTIC, torch_path_lines
 
 # More option sets for the built-ins (coverage only: a reducer needs no entry here to be tested)
 EXTRA = {
@@ -53,7 +55,8 @@ EXTRA = {
     "onebit": [{"zeros": "plus", "chunk": 0}],  # one chunk: nothing pipelined
 }
 CASES = cases(EXTRA)
-FAST_TRITON = "pbit"  # the one case whose Triton paths run in `make test` (the interpreter is slow)
+FAST_TRITON = "pbit"  # the one case whose Triton paths run in `make test` (the interpreter is slow)...
+METHOD_CASES = "pbit"  # ...and this reducer's quantizer cases: every method's whole Triton step (see _method_step)
 SLOW_CASE_REDUCERS = ("ps_naive", "ps_tree")  # their quantizer cases repeat pbit's encoding: make test-all
 
 
@@ -69,8 +72,19 @@ def _known(prop: str, name: str, world: int) -> list:
 
 def _slow(factory: Factory, prop: str) -> bool:
     if prop in ("kernels_triton", "fused"):
-        return factory.label != FAST_TRITON
+        return factory.label != FAST_TRITON and prop != _method_step(factory)
     return bool(factory.options) and factory.name in SLOW_CASE_REDUCERS
+
+
+def _method_step(factory: Factory) -> str | None:
+    """For a quantizer case of METHOD_CASES, the property that compares its method's whole Triton step with the torch
+    step: `fused` where the fused step takes the method, else `kernels_triton` (the chunked step on Triton codecs);
+    None for the other cases."""
+    if factory.name != METHOD_CASES or "quant" not in dict(factory.options):
+        return None
+    from src.optim.fused.lion_cub import unsupported  # imports triton
+    reducer = factory(world_size=WORLD)
+    return "fused" if unsupported(reducer, [torch.nn.Parameter(torch.zeros(4))], ["w"]) is None else "kernels_triton"
 
 
 RUNS = {"identical": check_identical, "wire_bytes": check_wire_bytes,
@@ -226,6 +240,39 @@ class OldTernaryTemplate(TernaryReducer):
 def test_options_finds_a_reducer_that_does_not_check_its_bit_width(dist):
     with pytest.raises(AssertionError, match=r"bits=3 was accepted silently.*bits='x' raised TypeError"):
         check_options(Factory("old_ternary", cls=OldTernaryTemplate), dist)
+
+
+# --- a scaled method of one's own on the Triton path ---------------------------------------------------------------
+def _own(name: str, method) -> Factory:
+    """pbit sending the codes of a method of one's own (tests/own_scaled_methods.py), registered while built."""
+    return Factory("pbit", (("quant", name), ("levels", 1), ("bits", 8)), methods=((name, method),))
+
+
+def test_a_scaled_method_without_triton_code_gets_its_own_statistic_on_the_triton_step(dist):
+    """A method registered as docs/extending.md says (a mean |c| statistic, torch code only), run with
+    kernels=triton: LionCub's whole step (block statistics in Triton from the method's statistic, its codes on the
+    torch path, decode and update) equals the torch step bit for bit, and each rank says once, by name, which phase
+    runs on torch."""
+    check_kernels(_own("half_mean", HALF_MEAN), dist, "triton")
+    reducer = _own("half_mean", HALF_MEAN)(world_size=WORLD)
+    assert reducer.phases("triton") == {"encode": "torch", "statistics": "triton", "decode": "triton"}
+    assert reducer.phases("native") == {"encode": "torch", "statistics": "native", "decode": "native"}
+    for lines in dist(WORLD, torch_path_lines, "half_mean", HALF_MEAN):
+        assert len(lines) == 1 and "'half_mean' has no Triton code for its encode" in lines[0], lines
+
+
+def test_the_triton_step_property_finds_a_triton_statistic_that_is_not_the_methods(dist):
+    """The whole-step property fails on a method whose Triton statistic differs from its own (the max for a mean):
+    the silent wrong result of a Triton path that chose the statistic by the method's name."""
+    with pytest.raises(AssertionError, match=r"kernels: .*differ"):
+        check_kernels(_own("wrong_triton_statistic", WRONG_TRITON_STATISTIC), dist, "triton")
+
+
+@pytest.mark.slow
+def test_a_scaled_method_with_triton_code_runs_on_the_fused_step(dist):
+    """The same method with its Triton code (one @triton.jit function in its entry) runs on the fused step under
+    Triton's interpreter, bit for bit the torch step."""
+    check_fused(_own("half_mean_triton", HALF_MEAN_TRITON), dist)
 
 
 # --- the checks' own machinery ---------------------------------------------------------------------------------

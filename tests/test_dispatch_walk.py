@@ -16,37 +16,24 @@ import torch
 
 from dispatch_walk import REPO, dispatches, registered_names
 from src.comm import make_reducer
-from src.comm.codecs import triton_kernels
-from src.quant import blocks
+from src.quant import METHODS
 
 SOURCES = sorted(p for p in (REPO / "src").rglob("*.py") if "synchook" not in p.parts)  # sitecustomize: not a module
-METHOD = "a switch over quantization methods: the method object (issue 42, item 1) is to carry what it decides"
-COST = "the cost model's rows by algorithm name, the last one the default (issue 42, item 1: the cost model)"
+SIGN = "sign's codes are Section 3.2's votes, not a scaled method's codes; every other method is read from its entry"
+COST = "the cost model's rows of Table 1 by algorithm name, the last one a default (the direct allreduce's)"
 BENCH = "the communication benchmark's cases by model name, a default for the rest (src/bench/comm_*)"
 PREDICATE = "a predicate true for one name by definition, the other branch right for every other name"
 KNOWN = {
     ("src/bench/comm_model.py", "limit", "case.model == 'onebit'"): BENCH,
     ("src/bench/comm_model.py", "limit", "case.model == 'pbit'"): BENCH,
     ("src/bench/comm_report.py", "_bits_at", "spec.model != 'pbit'"): BENCH,
-    ("src/bench/comm_report.py", "_bits_at", "options.get('quant', 'sign') == 'sign'"): METHOD,
     ("src/bench/comm_report.py", "summarise",
      "any((int(r['numel']) == numel and r['case'] == 'lion32_grad' for r in group))"): BENCH,
     ("src/bench/core_throughput.py", "codec_work", "name == 'onebit'"): BENCH,
-    ("src/bench/gpu_check/bandwidth.py", "step_bytes", "reducer.get('quant') in SCALED_QUANTIZERS"): METHOD,
-    ("src/bench/gpu_check/codecs.py", "_level_cases", "'linf' in method"): METHOD,
-    ("src/bench/gpu_check/codecs.py", "_level_cases", "method == 'log'"): METHOD,
+    ("src/bench/gpu_check/codecs.py", "_level_cases", "method == 'log'"):
+        "the GPU check's bound for log codes (a float log may differ by an ulp across devices), not a dispatch",
     ("src/bench/memory.py", "_is_lion_cub",
      "OmegaConf.load(CONF / f'{variant}.yaml').get('optimizer') == 'lion_cub'"): PREDICATE,
-    ("src/comm/codecs/native.py", "_levels_taken", "method in STOCHASTIC_METHODS"): METHOD,
-    ("src/comm/codecs/native.py", "_levels_taken", "method in LEVEL_METHODS"): METHOD,
-    ("src/comm/codecs/native.py", "encode_levels_pieces", "method in STOCHASTIC_METHODS"): METHOD,
-    ("src/comm/codecs/triton_kernels.py", "encode_levels", "method in STOCHASTIC_METHODS"): METHOD,
-    ("src/comm/codecs/triton_kernels.py", "encode_levels",
-     "not (_plain(out, update, inverse, noise) and method in METHODS and (update.dtype == torch.float32) and "
-     "(inverse.dtype == torch.float32) and (inverse.numel() * BLOCK == n) and _words_for(out, n, bits) and "
-     "(1 <= 2 * levels <= (1 << bits) - 1) and (not noisy or (noise is not None and noise.numel() == n)))"): METHOD,
-    ("src/comm/codecs/triton_kernels.py", "block_stats", "method != 'l1'"):
-        METHOD + " (the issue's silent wrong result: every method but l1 gets the max statistic)",
     ("src/comm/cost/model.py", "_baseline_cost", "algorithm == 'dlion_naive'"): COST,
     ("src/comm/cost/model.py", "_baseline_cost", "algorithm == 'dlion_tree'"): COST,
     ("src/comm/cost/model.py", "_baseline_cost", "algorithm == 'compressed_allreduce'"): COST,
@@ -57,30 +44,14 @@ KNOWN = {
     ("src/comm/cost/model.py", "cost", "algorithm == 'pbit'"): COST,
     ("src/comm/cost/model.py", "cost", "algorithm == 'onebit'"): COST,
     ("src/comm/reducers/auto.py", "AutoChoice.label", "name != 'onebit'"): PREDICATE + " (onebit has no width)",
-    ("src/comm/reducers/packed.py", "PackedReducer.encode_pieces",
-     "wire.method != 'l1' or reduction.backend != 'native' or vector.device.type != 'cpu' or (self.check_finite and "
-     "(not reduction.checked)) or (native.library() is None)"): METHOD,
-    ("src/comm/reducers/pbit.py", "PBitReducer.__init__", "quant == 'sign'"): METHOD,
-    ("src/comm/reducers/pbit.py", "PBitReducer._wire_format", "self.quant == 'sign'"): METHOD,
-    ("src/comm/reducers/scales.py", "Scales.observe_pieces",
-     "not (self.method == 'l1' and self.backend == 'native' and self._l1_of_pieces(pieces, out))"): METHOD,
-    ("src/comm/reducers/scales.py", "Scales._kernel_stats", "self.backend == 'native' and self.method == 'l1'"):
-        METHOD,
-    ("src/comm/reducers/wire.py", "WireFormat.stochastic", "self.method in STOCHASTIC_METHODS"): METHOD,
+    ("src/comm/reducers/pbit.py", "PBitReducer.__init__", "quant == 'sign'"): SIGN,
+    ("src/comm/reducers/pbit.py", "PBitReducer._wire_format", "self.quant == 'sign'"): SIGN,
     ("src/engine/ddp.py", "wrap_model", "variant.optimizer != 'ddp'"): PREDICATE + " (only ddp wraps the model)",
     ("src/engine/loop.py", "autocast", "precision == 'bf16' or (precision == 'auto' and device.type == 'cuda')"):
         "train.precision, not a registered name: 'bf16' is also a reducer's name (reading by value cannot tell)",
     ("src/engine/run.py", "execute", "job.variant.optimizer != 'lion'"):
         PREDICATE + " (lion alone does not communicate)",
-    ("src/optim/fused/lion_cub.py", "unsupported", "wire.scaled and wire.method not in triton_kernels.METHODS"):
-        METHOD,
-    ("src/quant/blocks.py", "segment_inverse", "method == 'log'"): METHOD,
-    ("src/quant/blocks.py", "quantize_blocks", "method == 'l1'"): METHOD + " (guarded by SCALED above it)",
-    ("src/quant/blocks.py", "quantize_blocks", "method in ('linf', 'linf_nozero')"): METHOD,
-    ("src/quant/blocks.py", "quantize_blocks", "method == 'linf_nozero'"): METHOD,
-    ("src/quant/blocks.py", "quantize_blocks", "method == 'log'"): METHOD,
-    ("src/quant/quantizers.py", "per_segment", "method in STOCHASTIC_METHODS"): METHOD,
-    ("src/stats/agreement.py", "code_rows", "m != 'sign'"): METHOD,
+    ("src/stats/agreement.py", "code_rows", "m != 'sign'"): SIGN,
 }
 
 
@@ -196,12 +167,13 @@ def test_the_walk_finds_a_modules_catch_alls(tmp_path):
 
 
 def test_the_fused_step_declares_its_methods_and_gates_the_rest():
-    """The fused encode has Triton code for the scaled methods of triton_kernels.METHODS; every method a reducer can
-    send is either one of them or refused before the step (src/optim/fused/lion_cub.py `unsupported`)."""
+    """The fused encode runs the scaled methods whose entries have Triton code (and a statistic with Triton code);
+    every method a reducer can send is either one of them or refused before the step (src/optim/fused/lion_cub.py
+    `unsupported`)."""
     from src.optim.fused.lion_cub import unsupported
-    for method in blocks.SCALED:
+    for method in [name for name, entry in METHODS.items() if entry.scaled]:
+        entry = METHODS[method]
         reducer = make_reducer("pbit", world_size=1, rank=0, quant=method, levels=3, bits=8)
         why = unsupported(reducer, [torch.nn.Parameter(torch.zeros(4))], ["w"])
-        taken = method in triton_kernels.METHODS and method not in blocks.STOCHASTIC_METHODS
+        taken = entry.triton is not None and entry.statistic.triton is not None and not entry.stochastic
         assert (why is None) == taken, (method, why)
-

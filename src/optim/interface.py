@@ -15,7 +15,8 @@
   hands every rank's verdict (and the most chunks any rank launched) to `resolve_speculation` before `step()`; `overlap_hit` says whether the last step's
   speculation held (None: none made), `overlap_record()` the mode and hit rate for summary.json (None for the rest);
 - `kernels_record()`: for the optimizers with a choice of kernels (`variant.kernels`: LionCub, GradAllreduceLion),
-  what runs (requested, used, fused, why: summary.json `kernels`), None for the others.
+  what runs (requested, used, fused, why, and per phase which code ran it: summary.json `kernels`), None for the
+  others.
 Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
 and evaluation.
 
@@ -90,4 +91,10 @@ class LoopOptimizer:
         choice = self.kernel_choice
         if choice is None:
             return None
-        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why}
+        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why,
+                "phases": self.kernel_phases()}
+
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step: here the whole step on the chosen backend
+        (LionCub says it per phase)."""
+        return {"step": self.kernel_choice.backend}

@@ -171,6 +171,16 @@ class LionCub(LoopOptimizer, Optimizer):
         """Whether the step runs fused over flat buffers (src/optim/fused/lion_cub.py)."""
         return self._path.fused
 
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step, for summary.json: the fused step's Triton
+        kernels; else the reducer's codecs on the chosen backend (a quantization method or statistic without code for
+        it runs torch: its src.quant.METHODS entry says) and torch's foreach update."""
+        if self.fused:
+            return self._path.phases()
+        if isinstance(self.reducer, ChunkedReducer):
+            return {**self.reducer.phases(self.kernels), "update": "torch"}
+        return {"reduce": "torch", "update": "torch"}  # a whole-vector reducer runs torch code only
+
     # --- state ------------------------------------------------------------------------------------------------
     def _momentum(self, k: int) -> torch.Tensor:
         """Parameter k's momentum (made on first use, as torch's optimizers make their state)."""

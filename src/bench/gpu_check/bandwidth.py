@@ -26,9 +26,10 @@ from typing import Mapping
 
 import torch
 
+from src.quant import METHODS
+
 LION_BYTES = 20.0
 ADAMW_BYTES = 28.0
-SCALED_QUANTIZERS = ("l1", "linf", "linf_nozero", "log")
 
 
 def _fields(reducer: Mapping) -> float:
@@ -48,7 +49,8 @@ def step_bytes(variant: Mapping, world_size: int = 1) -> float:
         raise ValueError(f"no byte count for optimizer {variant['optimizer']!r}")
     reducer = variant["reducer"]
     fields = _fields(reducer)
-    scaled = 8.0 if reducer.get("quant") in SCALED_QUANTIZERS else 0.0
+    quant = reducer.get("quant")
+    scaled = 8.0 if quant in METHODS and METHODS[quant].scaled else 0.0  # the per-layer scales' second read
     if reducer["name"] == "pbit":
         return LION_BYTES + 2 * fields + scaled
     if reducer["name"] == "onebit":

@@ -35,12 +35,12 @@ def codec_for(fn: Callable, backend: str) -> Callable[..., bool] | None:
 
 
 def block_stats_for(backend: str) -> Callable[..., bool] | None:
-    """`(out, blocks, method) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference, or
-    Triton's kernel where it takes the arguments); None for another backend."""
+    """`(out, blocks, statistic) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference,
+    or Triton's kernel where it takes the arguments); None for another backend."""
     from src.quant.blocks import block_stats
 
     if backend == "torch":
-        return lambda out, blocks, method: out.copy_(block_stats(blocks, method)) is not None
+        return lambda out, blocks, statistic: out.copy_(block_stats(blocks, statistic)) is not None
     if backend != "triton":
         return None
     from src.comm.codecs import triton_kernels

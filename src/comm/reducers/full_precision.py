@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.codecs import reference as codec
+from src.comm.codecs.backend import runs
 from src.comm.reducers.base import Reduction
 from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.reducers.registry import register
@@ -55,6 +56,9 @@ class FullPrecisionReducer(ChunkedReducer):
         with self.timer.phase("quantize"):
             reduction.codec(codec.decode_sign)(out, received)
         return out
+
+    def phases(self, backend: str) -> dict[str, str]:
+        return {"encode": runs(codec.encode_cast, backend), "decode": runs(codec.decode_sign, backend)}
 
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)
