@@ -64,13 +64,13 @@ from src.engine.compile import check_compile, choose, compile_adjustments, compi
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
-from src.errors import SetupError
+from src.errors import SetupError, record_run
 from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
-from src.runlog import history
+from src.runlog import ended, history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
 from src.runlog.provenance import collect, rank_info
@@ -281,6 +281,7 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
                   f"(recorded in {history.ATTEMPTS}; config.yaml now holds the new values)", flush=True)
         _write_json(run_dir / history.provenance_name(row["attempt"]), collect(ctx, ranks, network_env, overrides))
         print(f"lioncub: run folder {run_dir}", flush=True)
+        record_run(run_dir)  # for the launcher, should a rank die later (src.launch.torchrun)
     return run_dir
 
 
@@ -479,7 +480,7 @@ def _train_run(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[s
                "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
                "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
-               "world_size_changes": changes}
+               "world_size_changes": changes, "ended": ended.by_run(result.steps, hooks.interrupted is not None)}
     summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
                                   ctx.world_size, ctx.device, changes))
     adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
