@@ -44,7 +44,7 @@ def test_a_rank_dying_after_the_run_was_written_fails_the_job_with_one_line(demo
     assert out.count("lioncub: rank 1 ended with") == 1
     record = json.loads((run_dir / "summary.json").read_text())["ended"]
     assert record == {"how": ended.DIED_AFTER, "run_how": ended.FINISHED, "step": 4, "by": "launcher",
-                      "exit_status": 1, "ranks": {"1": "SIGABRT"}}
+                      "exit_status": 1, "ranks": {"1": "SIGABRT"}, "why": last.removesuffix(" (exit 1)")}
 
 
 def test_a_clean_run_records_the_launchers_exit_status(demo_tokens, tmp_path):
@@ -89,7 +89,7 @@ def test_the_ending_keeps_rank0s_line_and_adds_a_later_death(tmp_path):
     (run_dir / "summary.json").write_text(json.dumps({"steps": 6, "ended": ended.by_run(6, interrupted=True)}))
     said = {"line": "lioncub: interrupted at step 6; resume with: x", "status": 75, "runs": [str(run_dir)]}
     assert ending(said, 1, {0: failure(75), 1: failure(75)}) == (said["line"], 75)
-    assert json.loads((run_dir / "summary.json").read_text())["ended"]["exit_status"] == 75
+    assert json.loads((run_dir / "summary.json").read_text())["ended"]["why"] == said["line"]
     line, status = ending(said, 1, {0: failure(75), 1: failure(-signal.SIGSEGV, 101)})
     assert status == 1 and line.startswith("lioncub: rank 1 ended with SIGSEGV after the run was written")
     assert line.endswith("; the run had said: interrupted at step 6; resume with: x")

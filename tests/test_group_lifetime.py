@@ -97,3 +97,20 @@ print("workers", gloo_workers(), "default", F.broadcast.__defaults__[-1])
                           timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "workers 0 default None" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_a_run_whose_group_outlives_it_fails_with_one_line_naming_the_holder(demo_tokens, tmp_path):
+    """src.train as one process with DDP, the early import switched off (as before it existed): the run is written,
+    then shutdown finds the group held by torch.distributed.nn's defaults; exit 1 and rank 0's line says so."""
+    run_dir = tmp_path / "run"
+    script = ("import runpy, sys; import src.distributed.lifetime as lifetime; lifetime.CAPTURE_WORLD_ON_IMPORT = (); "
+              "sys.argv = ['src.train', *sys.argv[1:]]; runpy.run_module('src.train', run_name='__main__')")
+    env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, "variant=ddp_lion", f"data.dir={demo_tokens}",
+                           f"run.dir={run_dir}", "data.block_size=32", "data.batch_size=4", "train.steps=2",
+                           "train.eval_every=0", "train.eval_at_start=false", "train.progress=false"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = "lioncub: the run is written, but the default process group is still alive after destroy_process_group()"
+    assert line in proc.stderr and "torch.distributed.nn.functional: " in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and (run_dir / "summary.json").is_file()

@@ -63,7 +63,8 @@ def died_line(failed: dict[int, str], runs: list[str]) -> str:
     return f"lioncub: rank {rank} ended with {how}{then} {when}: {folder_state(Path(runs[-1]))}"
 
 
-def record_end(runs: list[str], status: int, failed: dict[int, str]) -> None:
-    """Record the job's exit status (and the ranks that failed) in the summary.json of every run it wrote."""
+def record_end(runs: list[str], status: int, failed: dict[int, str], line: str | None = None) -> None:
+    """Record the job's exit status, the ranks that failed and its last `line` in the summary.json of every run it
+    wrote."""
     for run_dir in runs:
-        by_launcher(Path(run_dir), status, failed)
+        by_launcher(Path(run_dir), status, failed, line)

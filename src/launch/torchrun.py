@@ -72,7 +72,7 @@ def ending(record: dict, status: int, failures: dict) -> tuple[str | None, int]:
             line += f"; the run had said: {record['line'].removeprefix('lioncub: ')}"
     elif status != 0 and said is not None:
         line, status = record["line"], said
-    record_end(runs, status, failed)
+    record_end(runs, status, failed, line)
     return line, status
 
 

@@ -6,8 +6,9 @@ step trained) or "interrupted" (a stop signal: the step's checkpoint is written 
 `python -m src.launch.torchrun` adds the job's exit status (`exit_status`, `by` "launcher") once torchrun returns
 (`by_launcher`), and when a rank died after the run was written (a signal at interpreter exit, say) it sets `how`
 to "a rank died after the run was written", names each failed rank and what ended it (`ranks`: "SIGABRT",
-"exit code 1") and keeps the run's own `how` as `run_how`. A run started without that launcher (plain torchrun,
-srun, one process) keeps the run's record: it says what was written, not how the processes exited.
+"exit code 1") and keeps the run's own `how` as `run_how`; for any status but 0, `why` holds the job's last line.
+A run started without that launcher (plain torchrun, srun, one process) keeps the run's record: it says what was
+written, not how the processes exited.
 """
 from __future__ import annotations
 
@@ -32,16 +33,19 @@ def read_summary(run_dir: Path) -> dict | None:
     return summary if isinstance(summary, dict) else None
 
 
-def by_launcher(run_dir: Path, exit_status: int, failed: dict[int, str]) -> dict | None:
-    """Record in the summary.json of `run_dir` the job's `exit_status` and the ranks that `failed` after the run
-    wrote it (rank -> what ended it); returns the new record (None: no summary.json, the run was not written)."""
+def by_launcher(run_dir: Path, exit_status: int, failed: dict[int, str], why: str | None = None) -> dict | None:
+    """Record in the summary.json of `run_dir` the job's `exit_status`, the ranks that `failed` after the run wrote
+    it (rank -> what ended it) and the job's last line (`why`, for a status other than 0); returns the new record
+    (None: no summary.json, the run was not written)."""
     summary = read_summary(run_dir)
     if summary is None:
         return None
     ran = summary.get("ended") or {}
     ended = {**ran, "exit_status": exit_status, "by": "launcher"}
+    if why is not None and exit_status != 0:
+        ended["why"] = why
     if failed:
-        ended.update(how=DIED_AFTER, run_how=ran.get("how"), ranks={str(r): why for r, why in sorted(failed.items())})
+        ended.update(how=DIED_AFTER, run_how=ran.get("how"), ranks={str(r): h for r, h in sorted(failed.items())})
     summary["ended"] = ended
     path = Path(run_dir) / "summary.json"
     tmp = path.with_name(path.name + ".tmp")
