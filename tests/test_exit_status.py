@@ -79,7 +79,7 @@ def test_the_line_says_what_the_run_left(tmp_path):
     line = died_line({1: "SIGKILL", 0: "SIGTERM"}, [str(run_dir)])
     assert line == (f"lioncub: rank 1 ended with SIGKILL (then rank 0 SIGTERM) before the run was written: run folder "
                     f"{run_dir} incomplete (no summary.json); last checkpoint {run_dir}/checkpoints/step_00000008")
-    alone = "lioncub: rank 0 ended with exit code 1 before any run folder was opened"
+    alone = "lioncub: rank 0 ended with exit code 1; no run folder was recorded by rank 0 on this node"
     assert died_line({0: "exit code 1"}, []) == alone
 
 

@@ -46,7 +46,8 @@ FAMILIES: dict[str, tuple[tuple[str, ...], ...]] = {
 ALONE = ("lion",)  # variants whose optimizer does not communicate: they run as one process (torchrun, 1 rank)
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "TORCHELASTIC_RESTART_COUNT", "SLURM_STEP_NUM_TASKS", "LIONCUB_EXIT_FILE")
-_DIED = re.compile(r"^lioncub: rank (\d+) ended with (.+?)(?: \(then [^)]*\))? (after|before) (the run|any run)", re.M)
+_DIED = re.compile(r"^lioncub: rank (\d+) ended with (.+?)(?: \(then [^)]*\))?"
+                   r"(?: (after|before) the run was written|; no run)", re.M)
 _ROOT = re.compile(r"Root Cause \(first observed failure\):\n\[\d+\]:\n(?:.*\n)*?  rank +: (\d+) .*\n"
                    r"  exitcode +: (-?\d+)")
 _RAISED = re.compile(r"^(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception|Outlived|Interrupt)): ", re.M)
@@ -86,8 +87,8 @@ def cause(status: int, output: str) -> str:
     raised = [k for k in _RAISED.findall(output) if not k.endswith("ChildFailedError")]  # torchrun's own
     kind = f" ({raised[-1].rsplit('.', 1)[-1]})" if raised else ""
     if died:
-        when = "after the run was written" if died.group(3) == "after" else f"before {died.group(4)} was written"
-        return f"rank {died.group(1)} {died.group(2)} {when}{kind}"
+        when = f" {died.group(3)} the run was written" if died.group(3) else ""
+        return f"rank {died.group(1)} {died.group(2)}{when}{kind}"
     if root:
         return f"rank {root.group(1)} {how_it_ended(int(root.group(2)))}{kind}"
     return f"exit {status}{kind}"

@@ -56,8 +56,8 @@ def died_line(failed: dict[int, str], runs: list[str]) -> str:
     rank, how = next(iter(failed.items()))
     others = [f"rank {r} {h}" for r, h in list(failed.items())[1:]]
     then = f" (then {', '.join(others)})" if others else ""
-    if not runs:
-        return f"lioncub: rank {rank} ended with {how}{then} before any run folder was opened"
+    if not runs:  # nothing opened yet, or rank 0 runs under another node's launcher
+        return f"lioncub: rank {rank} ended with {how}{then}; no run folder was recorded by rank 0 on this node"
     written = read_summary(Path(runs[-1])) is not None
     when = "after the run was written" if written else "before the run was written"
     return f"lioncub: rank {rank} ended with {how}{then} {when}: {folder_state(Path(runs[-1]))}"
