@@ -33,10 +33,16 @@ training after a step with a checkpoint and raises `Interrupted` (src.reliabilit
 (replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 
 A process group is started whenever the variant communicates, even for one process (see src.distributed.process_group).
+It lives exactly as long as the run: `execute` starts it and `_train_run` builds and trains in a frame of its own;
+once that frame is gone (after an exception: once the frames its traceback keeps are cleared) nothing of the run
+holds a group, and `shutdown()` destroys them all and checks that none is left alive (src.distributed.lifetime), so
+no gloo thread runs into the interpreter's exit.
 """
 from __future__ import annotations
 
 import json
+import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -53,17 +59,18 @@ from src.distributed.process_group import (
     init_process_group,
     shutdown,
 )
+from src.distributed.lifetime import GroupOutlived
 from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
-from src.errors import SetupError
+from src.errors import SetupError, record_run
 from src.engine.loop import LoopResult, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
-from src.runlog import history
+from src.runlog import ended, history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
 from src.runlog.provenance import collect, rank_info
@@ -274,6 +281,7 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
                   f"(recorded in {history.ATTEMPTS}; config.yaml now holds the new values)", flush=True)
         _write_json(run_dir / history.provenance_name(row["attempt"]), collect(ctx, ranks, network_env, overrides))
         print(f"lioncub: run folder {run_dir}", flush=True)
+        record_run(run_dir)  # for the launcher, should a rank die later (src.launch.torchrun)
     return run_dir
 
 
@@ -399,73 +407,100 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
     try:
-        torch.manual_seed(job.seed)
-        model = task.build_model(ctx.device).to(ctx.device)
-        broadcast_parameters(model)
-        torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
-        seed_host_rngs(job.seed + ctx.rank)
-        o = job.optim
-        # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
-        network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
-        optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
-                                    weight_decay=o.weight_decay, network=network)
-        compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
-        if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
-            for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
-                print(adjustment.line(), flush=True)
-        progress, changes = _resume(plan, model, optimizer, task)
-        trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
-        # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
-        trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
-        run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
-        if ctx.is_main:
-            _restore_wandb_id(plan, run_dir)
-        resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
-        sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
-        if plan.resume is not None and plan.resume.resize is not None:
-            sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
-        stop = StopSignals()
-        hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop, changes)
-        stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
-                           world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
-                           wandb_run=sinks.wandb.run if sinks.wandb else None)
-        with stop.installed():
-            try:
-                result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
-            except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
-                _report_then_wait(ctx, report_stop, exc)
-                raise
-        summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
-                   "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
-                   "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
-                   "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
-                   "skipped_steps": hooks.progress.skipped_steps,
-                   "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
-                   "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-                   "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
-                   "world_size_changes": changes}
-        summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
-                                      ctx.world_size, ctx.device, changes))
-        adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
-        summary["config_adjusted"] = recorded(adjusted)
-        kernels = optimizer.kernels_record()
-        if kernels is not None:
-            summary["kernels"] = kernels
-        if optimizer.reducer_choice is not None:
-            summary["reducer_auto"] = optimizer.reducer_choice.record()
-        overlap = optimizer.overlap_record()
-        if overlap is not None:
-            summary["overlap"] = overlap
-            summary["overlap_hit_rate"] = overlap["hit_rate"]
-        if ctx.is_main:
-            _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
-            summary["timing"] = _timing(run_dir)
-        sinks.close(summary)
-        if hooks.interrupted:
-            _report_then_wait(ctx, report_interrupt, hooks.interrupted)
-            raise hooks.interrupted
-        if ctx.is_main:
-            _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
-        return summary
-    finally:
+        summary = _train_run(cfg, plan, network_env, overrides, report_interrupt, report_stop)
+    except BaseException as exc:
+        _end_groups_after(exc)
+        raise
+    shutdown()  # `_train_run` has returned: nothing of the run holds its groups any more
+    return summary
+
+
+def _end_groups_after(exc: BaseException) -> None:
+    """Destroy the groups of a run that raised `exc`, once the frames its traceback keeps (with the DDP wrapper,
+    the reducers and hooks that hold the groups) are cleared; a group left alive is reported, not raised, so
+    that `exc` still decides the exit status."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+    try:
         shutdown()
+    except GroupOutlived as left:
+        print(f"lioncub: {left}", file=sys.stderr, flush=True)
+
+
+def _train_run(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[str] | None,
+               report_interrupt: Callable[[Interrupted], None] | None,
+               report_stop: Callable[[Exception], None] | None) -> dict:
+    """Build, train and summarise on the started group (see `execute`). Everything that holds the run's groups
+    lives in this frame, so it is released when the function returns."""
+    job, ctx, task = plan.job, plan.ctx, plan.task
+    torch.manual_seed(job.seed)
+    model = task.build_model(ctx.device).to(ctx.device)
+    broadcast_parameters(model)
+    torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
+    seed_host_rngs(job.seed + ctx.rank)
+    o = job.optim
+    # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
+    network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
+    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
+                                weight_decay=o.weight_decay, network=network)
+    compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
+    if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+        for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
+            print(adjustment.line(), flush=True)
+    progress, changes = _resume(plan, model, optimizer, task)
+    trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+    # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
+    trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+    run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
+    if ctx.is_main:
+        _restore_wandb_id(plan, run_dir)
+    resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
+    sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+    if plan.resume is not None and plan.resume.resize is not None:
+        sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
+    stop = StopSignals()
+    hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop, changes)
+    stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
+                       world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
+                       wandb_run=sinks.wandb.run if sinks.wandb else None)
+    with stop.installed():
+        try:
+            result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
+        except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
+            _report_then_wait(ctx, report_stop, exc)
+            raise
+    summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
+               "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
+               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
+               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
+               "skipped_steps": hooks.progress.skipped_steps,
+               "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
+               "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
+               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
+               "world_size_changes": changes, "ended": ended.by_run(result.steps, hooks.interrupted is not None)}
+    summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
+                                  ctx.world_size, ctx.device, changes))
+    adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
+    summary["config_adjusted"] = recorded(adjusted)
+    kernels = optimizer.kernels_record()
+    if kernels is not None:
+        summary["kernels"] = kernels
+    if optimizer.reducer_choice is not None:
+        summary["reducer_auto"] = optimizer.reducer_choice.record()
+    overlap = optimizer.overlap_record()
+    if overlap is not None:
+        summary["overlap"] = overlap
+        summary["overlap_hit_rate"] = overlap["hit_rate"]
+    if ctx.is_main:
+        _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
+        summary["timing"] = _timing(run_dir)
+    sinks.close(summary)
+    if hooks.interrupted:
+        _report_then_wait(ctx, report_interrupt, hooks.interrupted)
+        raise hooks.interrupted
+    if ctx.is_main:
+        _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
+    return summary
