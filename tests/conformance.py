@@ -214,16 +214,6 @@ def _backward(params, rank: int, step: int) -> None:
     loss.backward()
 
 
-def _resolve_speculation(optimizer) -> None:
-    """The training loop's agreement on the speculation in flight (src/engine/loop.py): no rank clips here."""
-    vote = optimizer.speculation_vote()
-    if vote is None:
-        return
-    agreed = torch.tensor([int(vote[0]), -int(vote[1])])
-    tdist.all_reduce(agreed, op=tdist.ReduceOp.MIN)
-    optimizer.resolve_speculation(bool(agreed[0]), -int(agreed[1]))
-
-
 def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int = TRAIN_STEPS,
            resume_at: int | None = None) -> dict:
     """LionCub over SIZES-shaped parameters with this module's updates as gradients: the final parameters and
@@ -245,7 +235,7 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
             optimizer.load_state_dict(saved["optimizer"])
         if speculates:
             _backward(params, rank, step)
-            _resolve_speculation(optimizer)
+            optimizer.backward_overlap.agree()  # the ranks' agreement on the speculation (no rank clips here)
         else:
             _set_grads(params, rank, step)
         optimizer.settle()  # the last step's directions (step() would apply them first)
@@ -257,7 +247,7 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
     return {"params": [p.detach().clone() for p in params],
             "momenta": [optimizer.state[p]["exp_avg"].clone() for p in params],
             "fused": optimizer.fused, "why": optimizer.kernel_choice.why, "deferred": deferred,
-            "speculations_held": optimizer.hits}
+            "speculations_held": optimizer.backward_overlap.hits if speculates else 0}
 
 
 def _load(path: str):
