@@ -53,7 +53,7 @@ from src.distributed.process_group import (
     init_process_group,
     shutdown,
 )
-from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
+from src.engine.compile import CompileChoice, check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
@@ -76,6 +76,7 @@ from src.models import count_parameters
 from src.comm.agreement import Agreement, own_group
 from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
+from src.optim.interface import LoopOptimizer
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.optim.overlap import mode_name
 from src.optim.speculation import speculation_record
@@ -334,7 +335,8 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
                                        recorded(optimizer.adjustments()))
     overlap = optimizer.backward_overlap
-    agreement = Agreement(own_group() if overlap is not None else None)  # its buckets are queued on the default group
+    # the step's agreement: on a group of its own when the overlap's buckets are queued on the default one
+    agreement = Agreement(own_group() if overlap is not None else None)
     hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
                       progress, stop, agreement)
     if overlap is not None:
@@ -391,8 +393,8 @@ class Built:
     choice, and where training starts (the progress and the run's world-size changes)."""
     model: torch.nn.Module
     trained: torch.nn.Module
-    optimizer: object
-    compiling: object
+    optimizer: LoopOptimizer
+    compiling: CompileChoice
     progress: Progress
     changes: list[dict]
 
