@@ -32,7 +32,7 @@ from src.comm.agreement import Agreement
 from src.engine.loop import clip_gradients
 from src.optim.factory import build_optimizer, validate_variant
 from src.optim.lion_cub import LionCub
-from src.optim.overlap import label_suffix, overlap_mode
+from src.utils.run_label import label_suffix, overlap_mode
 from src.optim.speculation import BACKWARD_OVERLAPPED, MAX_WAIT, Backoff
 from src.reliability import nonfinite
 from src.reliability.nonfinite import vote

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
-from src.optim.overlap import label_suffix, overlap_mode
+from src.utils.run_label import overlap_mode, variant_label
 from src.utils import machine
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
@@ -150,7 +150,7 @@ def measure(variant: str, model: torch.nn.Module, overlap=False, kernels: str | 
     del optimizer
     for p in params:
         p.grad = None
-    name = variant + label_suffix(overlap)
+    name = variant_label(variant, overlap)
     return {"variant": name, "parameters": n, "chunks": chunks, "kept_bytes": kept, "peak_bytes": peak,
             "kept_bytes_per_param": round(kept / n, 2), "peak_bytes_per_param": round(peak / n, 2)}
 

@@ -78,7 +78,6 @@ from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
 from src.optim.interface import LoopOptimizer
 from src.optim.momentum_sync import named_parameters_with_aliases
-from src.optim.overlap import mode_name
 from src.optim.speculation import speculation_record
 from src.optim.world_limit import largest_world_size
 from src.optim.wire_plan import wire_bytes_per_step
@@ -99,6 +98,7 @@ from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
 from src.utils.adjustment import recorded
+from src.utils.run_label import mode_name
 
 
 @dataclass

@@ -15,7 +15,8 @@
   (`resolve`, before `step()`), whether the last step's speculation held (`hit`) and its counts for summary.json
   (`speculations`, `hits`);
 - `kernels_record()`: for the optimizers with a choice of kernels (`variant.kernels`: LionCub, GradAllreduceLion),
-  what runs (requested, used, fused, why: summary.json `kernels`), None for the others.
+  what runs (requested, used, fused, why, and per phase which code ran it: summary.json `kernels`), None for the
+  others.
 Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the step's agreement
 (src/comm/agreement.py) and evaluation.
 
@@ -75,4 +76,10 @@ class LoopOptimizer:
         choice = self.kernel_choice
         if choice is None:
             return None
-        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why}
+        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why,
+                "phases": self.kernel_phases()}
+
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step: here the whole step on the chosen backend
+        (LionCub says it per phase)."""
+        return {"step": self.kernel_choice.backend}

@@ -48,15 +48,17 @@ from typing import Iterable, Mapping, Sequence
 import torch
 from torch.optim import Optimizer
 
-from src.comm import REDUCERS, Reducer, make_reducer
+from src.comm import Reducer, make_reducer
 from src.comm.codecs.backend import KernelChoice, choose
 from src.comm.reducers.chunked import ChunkedReducer
+from src.comm.reducers.registry import reducer_class
 from src.comm.transport.pipeline import PIPELINE_DEPTH, Pipeline
 from src.optim.chunked_step import ChunkedLionCub, StepRun
 from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
-from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
+from src.optim.overlap import OVERLAPPED, ForwardOverlap
+from src.utils.run_label import mode_name, overlap_mode
 from src.optim.speculation import BackwardOverlap
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
@@ -127,7 +129,7 @@ class LionCub(LoopOptimizer, Optimizer):
             raise ValueError("LionCub: the kernels are chosen once, by LionCub(kernels=...) (variant.kernels), "
                              "not in the reducer mapping")
         name = options.pop("name")
-        if name in REDUCERS and "kernels" in inspect.signature(REDUCERS[name].__init__).parameters:
+        if "kernels" in inspect.signature(reducer_class(name, options.get("module")).__init__).parameters:
             options["kernels"] = backend
         return make_reducer(name, self.group, segments=self._sizes, timer=timer, **options)
 
@@ -162,6 +164,16 @@ class LionCub(LoopOptimizer, Optimizer):
     def fused(self) -> bool:
         """Whether the step runs fused over flat buffers (src/optim/fused/lion_cub.py)."""
         return self._path.fused
+
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step, for summary.json: the fused step's Triton
+        kernels; else the reducer's codecs on the chosen backend (a quantization method or statistic without code for
+        it runs torch: its src.quant.METHODS entry says) and torch's foreach update."""
+        if self.fused:
+            return self._path.phases()
+        if isinstance(self.reducer, ChunkedReducer):
+            return {**self.reducer.phases(self.kernels), "update": "torch"}
+        return {"reduce": "torch", "update": "torch"}  # a whole-vector reducer runs torch code only
 
     # --- state ------------------------------------------------------------------------------------------------
     def _momentum(self, k: int) -> torch.Tensor:
