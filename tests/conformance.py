@@ -308,16 +308,6 @@ def _backward(params, rank: int, step: int) -> None:
     loss.backward()
 
 
-def _resolve_speculation(optimizer) -> None:
-    """The training loop's agreement on the speculation in flight (src/engine/loop.py): no rank clips here."""
-    vote = optimizer.speculation_vote()
-    if vote is None:
-        return
-    agreed = torch.tensor([int(vote[0]), -int(vote[1])], device=device())
-    tdist.all_reduce(agreed, op=tdist.ReduceOp.MIN)
-    optimizer.resolve_speculation(bool(agreed[0]), -int(agreed[1]))
-
-
 def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int = TRAIN_STEPS,
            resume_at: int | None = None) -> dict:
     """LionCub over SIZES-shaped parameters with this module's updates as gradients: the final parameters and
@@ -339,7 +329,7 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
             optimizer.load_state_dict(saved["optimizer"])
         if speculates:
             _backward(params, rank, step)
-            _resolve_speculation(optimizer)
+            optimizer.backward_overlap.agree()  # the ranks' agreement on the speculation (no rank clips here)
         else:
             _set_grads(params, rank, step)
         optimizer.settle()  # the last step's directions (step() would apply them first)
@@ -351,7 +341,7 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
     return {"params": [host(p) for p in params],
             "momenta": [host(optimizer.state[p]["exp_avg"]) for p in params],
             "fused": optimizer.fused, "why": optimizer.kernel_choice.why, "deferred": deferred,
-            "speculations_held": optimizer.hits}
+            "speculations_held": optimizer.backward_overlap.hits if speculates else 0}
 
 
 def _load(path: str):

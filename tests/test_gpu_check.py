@@ -261,19 +261,23 @@ def test_the_conformance_section_runs_the_suites_own_tests(tmp_path):
     assert conformance.command()[conformance.command().index("-k") + 1] == "not options"
 
 
+RECORDED_VOTE = "src/reliability/nonfinite.py"  # where the recorded report's tree read the step's agreement
+
+
 def test_sync_budget_on_a_recorded_report():
     report = json.loads((DATA / "gpu_check_sync_report.json").read_text())
     plain = syncs.plain_syncs(report)
     assert {step: len(s) for step, s in plain.items()} == {1: 2, 2: 1, 3: 1, 4: 2, 5: 1}  # contexts left out
-    every_step = syncs.within_budget(report, warmup=0, faults=())
+    every_step = syncs.within_budget(report, warmup=0, faults=(), vote=RECORDED_VOTE)
     assert every_step == [
         "step 1: 2 synchronisations: src/comm/pbit.py:90 _plan; src/reliability/nonfinite.py:60 vote",  # as recorded
         "step 4: 2 synchronisations: src/reliability/nonfinite.py:60 vote; src/optim/lion_cub.py:200 step",
         "step 5: its synchronisation is not the non-finite vote's: src/optim/lion_cub.py:200 step"]
-    assert syncs.within_budget(report, warmup=1, faults=()) == every_step[1:]
-    assert syncs.within_budget(report, warmup=1, faults=(4,)) == every_step[2:]
-    assert syncs.within_budget(report) == []  # the training section's warm-up (2) and NaN steps (4, 5, 6)
-    assert syncs.within_budget(report, budget=2, warmup=1, faults=()) == [every_step[2]]
+    assert syncs.within_budget(report, warmup=1, faults=(), vote=RECORDED_VOTE) == every_step[1:]
+    assert syncs.within_budget(report, warmup=1, faults=(4,), vote=RECORDED_VOTE) == every_step[2:]
+    # the training section's warm-up (2) and NaN steps (4, 5, 6)
+    assert syncs.within_budget(report, vote=RECORDED_VOTE) == []
+    assert syncs.within_budget(report, budget=2, warmup=1, faults=(), vote=RECORDED_VOTE) == [every_step[2]]
     assert [s for s in range(1, STEPS + 1) if syncs.steady(s)] == [3, 7, 8, 9]
     table = syncs.sites_table(report)
     assert table[0] == ["plain", "src/reliability/nonfinite.py:60 vote", 4, "1,2,3,4",

@@ -71,7 +71,7 @@ def _fused_steps() -> None:
                         kernels="triton", overlap="backward")
     idx = torch.randint(0, 64, (2, 8))
     model(idx, idx)[1].backward()  # the encodes without the momentum (WRITE_M false)
-    optimizer.resolve_speculation(True)
+    optimizer.backward_overlap.agree()
     optimizer.step()  # cub_momentum commits it
     for comm_dtype in ("fp32", "bf16"):
         model = build_gpt(None, n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)

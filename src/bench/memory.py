@@ -124,12 +124,12 @@ def measure(variant: str, model: torch.nn.Module, overlap=False, kernels: str | 
     tracker = StorageTracker()
 
     def step() -> None:
-        if optimizer.speculates():
+        if optimizer.backward_overlap is not None:
             optimizer.zero_grad(set_to_none=False)
             loss = _GivenGradients.apply(grads, *params)
             with tracker:
                 loss.backward()
-            optimizer.resolve_speculation(True)
+            optimizer.backward_overlap.agree()
         with tracker:
             optimizer.step()
 

@@ -60,7 +60,7 @@ from src.distributed.process_group import (
     shutdown,
 )
 from src.distributed.lifetime import GroupOutlived
-from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
+from src.engine.compile import CompileChoice, check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
@@ -80,9 +80,12 @@ from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_
 from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
+from src.comm.agreement import Agreement, own_group
 from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
+from src.optim.interface import LoopOptimizer
 from src.optim.momentum_sync import named_parameters_with_aliases
+from src.optim.speculation import speculation_record
 from src.optim.world_limit import largest_world_size
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
@@ -102,6 +105,7 @@ from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
 from src.utils.adjustment import recorded
+from src.utils.run_label import mode_name
 
 
 @dataclass
@@ -338,10 +342,13 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
                                        recorded(optimizer.adjustments()))
+    overlap = optimizer.backward_overlap
+    # the step's agreement: on a group of its own when the overlap's buckets are queued on the default one
+    agreement = Agreement(own_group() if overlap is not None else None)
     hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
-                      progress, stop)
-    if optimizer.speculates():  # its buckets are queued on the default group when the vote runs
-        hooks.separate_vote()
+                      progress, stop, agreement)
+    if overlap is not None:
+        overlap.register(agreement)
     return hooks
 
 
@@ -388,6 +395,92 @@ def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exce
     barrier()
 
 
+@dataclass
+class Built:
+    """What `execute` trains: the model (the inner one), the module the loop calls, the optimizer, the compile
+    choice, and where training starts (the progress and the run's world-size changes)."""
+    model: torch.nn.Module
+    trained: torch.nn.Module
+    optimizer: LoopOptimizer
+    compiling: CompileChoice
+    progress: Progress
+    changes: list[dict]
+
+
+def _build(plan: Plan) -> Built:
+    """The model (the same on every rank), the optimizer, the state of a resumed run, the wrapped and compiled
+    module; the adjustments are printed once by rank 0."""
+    job, ctx, task = plan.job, plan.ctx, plan.task
+    torch.manual_seed(job.seed)
+    model = task.build_model(ctx.device).to(ctx.device)
+    broadcast_parameters(model)
+    torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
+    seed_host_rngs(job.seed + ctx.rank)
+    o = job.optim
+    # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
+    network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
+    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
+                                weight_decay=o.weight_decay, network=network)
+    compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
+    if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+        for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
+            print(adjustment.line(), flush=True)
+    progress, changes = _resume(plan, model, optimizer, task)
+    trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+    # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
+    trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+    return Built(model, trained, optimizer, compiling, progress, changes)
+
+
+def _sinks(cfg: DictConfig, plan: Plan, run_dir: Path, changes: list[dict]) -> Sinks:
+    """The run's sinks; a resumed W&B run continues with the rows logged so far, and a resize is noted."""
+    ctx, job = plan.ctx, plan.job
+    resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
+    sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+    if plan.resume is not None and plan.resume.resize is not None:
+        sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
+    return sinks
+
+
+def _overlap_summary(variant, optimizer) -> dict:
+    """summary.json's `overlap` (the mode; the steps that speculated during backward and those that held) and
+    `overlap_hit_rate`, for a variant that overlaps (nothing otherwise)."""
+    mode = mode_name(variant.overlap)
+    if mode == "false":
+        return {}
+    record = {"mode": mode, **speculation_record(optimizer.backward_overlap)}
+    return {"overlap": record, "overlap_hit_rate": record["hit_rate"]}
+
+
+def _summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult, run_dir: Path) -> dict:
+    """The run's summary.json (every rank has it; rank 0 adds the timing row)."""
+    ctx, optimizer, changes = plan.ctx, built.optimizer, built.changes
+    summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
+               "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
+               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(built.model),
+               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(built.model), "run_dir": str(run_dir),
+               "skipped_steps": hooks.progress.skipped_steps,
+               "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
+               "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
+               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(built.trained),
+               "world_size_changes": changes,
+               "ended": ended.by_run(result.steps, hooks.interrupted is not None)}
+    summary.update(run_throughput(plan.task, built.model, result.steps, plan.job.train.timing_skip,
+                                  result.train_time, ctx.world_size, ctx.device, changes))
+    adjusted = [*optimizer.adjustments(), *compile_adjustments(built.compiling, built.trained)]
+    summary["config_adjusted"] = recorded(adjusted)
+    kernels = optimizer.kernels_record()
+    if kernels is not None:
+        summary["kernels"] = kernels
+    if optimizer.reducer_choice is not None:
+        summary["reducer_auto"] = optimizer.reducer_choice.record()
+    summary.update(_overlap_summary(plan.job.variant, optimizer))
+    if ctx.is_main:
+        _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
+        summary["timing"] = _timing(run_dir)
+    return summary
+
+
 def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run_index: int = 0,
             report_interrupt: Callable[[Interrupted], None] | None = None,
             report_stop: Callable[[Exception], None] | None = None) -> dict:
@@ -395,7 +488,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
     has called `report_interrupt` with it, and a guard's stop (`ReplicaDivergenceError`, `NonFiniteStepError`)
     once rank 0 has called `report_stop` with it; every rank waits for the report (`_report_then_wait`).
     `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
-    job, ctx, task = plan.job, plan.ctx, plan.task
+    job, ctx = plan.job, plan.ctx
     done = _already_finished(plan)
     if done is not None:
         if ctx.is_main:
@@ -435,72 +528,29 @@ def _train_run(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[s
                report_stop: Callable[[Exception], None] | None) -> dict:
     """Build, train and summarise on the started group (see `execute`). Everything that holds the run's groups
     lives in this frame, so it is released when the function returns."""
-    job, ctx, task = plan.job, plan.ctx, plan.task
-    torch.manual_seed(job.seed)
-    model = task.build_model(ctx.device).to(ctx.device)
-    broadcast_parameters(model)
-    torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
-    seed_host_rngs(job.seed + ctx.rank)
-    o = job.optim
-    # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
-    network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
-    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
-                                weight_decay=o.weight_decay, network=network)
-    compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
-    if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
-        for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
-            print(adjustment.line(), flush=True)
-    progress, changes = _resume(plan, model, optimizer, task)
-    trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
-    # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
-    trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+    job, ctx = plan.job, plan.ctx
+    built = _build(plan)
     run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
     if ctx.is_main:
         _restore_wandb_id(plan, run_dir)
-    resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
-    sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
-    if plan.resume is not None and plan.resume.resize is not None:
-        sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
+    sinks = _sinks(cfg, plan, run_dir, built.changes)
     stop = StopSignals()
-    hooks = _hooks(cfg, plan, run_dir, model, optimizer, progress, stop, changes)
-    stats = make_stats(check_stats_config(job.stats, model), model, optimizer, rank=ctx.rank,
-                       world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=progress.step,
+    hooks = _hooks(cfg, plan, run_dir, built.model, built.optimizer, built.progress, stop, built.changes)
+    stats = make_stats(check_stats_config(job.stats, built.model), built.model, built.optimizer, rank=ctx.rank,
+                       world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=built.progress.step,
                        wandb_run=sinks.wandb.run if sinks.wandb else None)
     with stop.installed():
         try:
-            result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats)
+            result = train(plan.task, built.trained, built.optimizer, plan.schedule, sinks, job, ctx, plan.steps,
+                           hooks, stats)
         except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
             _report_then_wait(ctx, report_stop, exc)
             raise
-    summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
-               "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
-               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
-               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
-               "skipped_steps": hooks.progress.skipped_steps,
-               "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
-               "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
-               "world_size_changes": changes, "ended": ended.by_run(result.steps, hooks.interrupted is not None)}
-    summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
-                                  ctx.world_size, ctx.device, changes))
-    adjusted = [*optimizer.adjustments(), *compile_adjustments(compiling, trained)]
-    summary["config_adjusted"] = recorded(adjusted)
-    kernels = optimizer.kernels_record()
-    if kernels is not None:
-        summary["kernels"] = kernels
-    if optimizer.reducer_choice is not None:
-        summary["reducer_auto"] = optimizer.reducer_choice.record()
-    overlap = optimizer.overlap_record()
-    if overlap is not None:
-        summary["overlap"] = overlap
-        summary["overlap_hit_rate"] = overlap["hit_rate"]
-    if ctx.is_main:
-        _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
-        summary["timing"] = _timing(run_dir)
+    summary = _summary(plan, built, hooks, result, run_dir)
     sinks.close(summary)
     if hooks.interrupted:
         _report_then_wait(ctx, report_interrupt, hooks.interrupted)
         raise hooks.interrupted
     if ctx.is_main:
-        _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
+        _finish_outputs(run_dir, result, summary, throughput_line(summary, plan.task.unit, job.train.timing_skip))
     return summary
