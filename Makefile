@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 CHECK_IMPORTS = torch, torchvision, numpy, hydra, omegaconf, timm, tiktoken, datasets, pyarrow, tqdm, matplotlib, pandas, psutil, wandb, pytest, submitit, hydra_plugins.hydra_submitit_launcher, nbclient, nbformat, ipykernel
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-all bench-core
+.PHONY: help install test test-slow test-all bench-core
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' \
@@ -20,6 +20,9 @@ install:  ## install what is missing (torch 2.14.1 from local disk, the rest fro
 
 test: install slurm-install  ## run the test suite (excludes tests marked slow; under 15 minutes on 2 cores)
 	$(PYTHON) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install slurm-install  ## run the tests marked slow (.ci/run runs them after `make test`)
+	$(PYTHON) -m pytest -m slow $(PYTEST_ARGS)
 
 test-all: install slurm-install  ## run every test, slow ones included
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -26,7 +26,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.figure_cli import Result, cli  # noqa: E402
+from analysis.figure_cli import cli  # noqa: E402
+from analysis.verdicts import Result  # noqa: E402
 from analysis.time_bars import (TABLE_COLUMNS, checks, finish_bars, groups, stacked_bars, timed_runs,  # noqa: E402,F401
                                 with_speedup, write_table)
 from src.runlog.runs import Run  # noqa: E402

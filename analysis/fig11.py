@@ -20,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis import timing_checks  # noqa: E402
-from analysis.figure_cli import Check, Result, cli  # noqa: E402
+from analysis.figure_cli import cli  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from analysis.verdicts import bootstrap, decide  # noqa: E402
 from analysis.time_bars import (TABLE_COLUMNS, TOTAL, VARIANT_ORDER, finish_bars, label_within,  # noqa: E402
                                 network_label, pooled_summary, stacked_bars, timed_runs, write_table)
@@ -74,13 +75,15 @@ def checks(rows: list[dict]) -> list[Check]:
         mine = [r for r in rows if r["model"] == model and r["speedup_vs_lion32"] and r["kind"] != "lion32"]
         for batch in sorted({r["batch"] for r in mine}):
             best = max((r for r in mine if r["batch"] == batch), key=lambda r: r["speedup_vs_lion32"])
-            result.append(timing_checks.check(f"{model}, batch {batch}: Lion Cub cuts the iteration time of Lion "
+            result.append(timing_checks.check("cub_cuts_iteration_time",
+                                              f"{model}, batch {batch}: Lion Cub cuts the iteration time of Lion "
                                               "(32bit)", [speedup(best)], f"best: {best['variant']}",
                                               paper="Lion Cub faster (Fig. 11)"))
         for kind in dict.fromkeys(r["kind"] for r in mine):
             by_batch = sorted((r for r in mine if r["kind"] == kind), key=lambda r: r["batch"])
             if len(by_batch) > 1:
-                result.append(timing_checks.check(f"{model}, {kind}: the benefit shrinks as the batch grows",
+                result.append(timing_checks.check("benefit_shrinks_with_batch",
+                                                  f"{model}, {kind}: the benefit shrinks as the batch grows",
                                                   [shrinks(by_batch[0], by_batch[-1])],
                                                   f"{by_batch[0]['speedup_vs_lion32']}x at batch "
                                                   f"{by_batch[0]['batch']}, {by_batch[-1]['speedup_vs_lion32']}x at "

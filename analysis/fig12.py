@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis import timing_checks
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
+from analysis.verdicts import Check, Result
 from analysis.seeds import replicas_of
 from analysis.loss_panels import draw, end_time, final_eval, finals, kind, require_evals, speed_checks
 from src.runlog.runs import Run
@@ -44,15 +45,17 @@ def low_beta_checks(runs: list[Run], where: str) -> list[Check]:
     by = {kind(r): r for r in runs}
     val = {k: final_eval(r) for k, r in by.items()}
     checks = speed_checks([by[k] for k in ("lion32", "cub8") if k in by], f"{where}, 8-bit")
-    pairs = [("cub4 ends worse than cub8 (4-bit declines, 8-bit L1 holds)", "cub4", "cub8", val),
-             ("syncing the head's momentum every 10 steps recovers 4-bit", "cub4", "cub4+sync head", val)]
-    for claim, worse, better, numbers in pairs:
+    pairs = [("cub4_worse_than_cub8", "cub4 ends worse than cub8 (4-bit declines, 8-bit L1 holds)", "cub4", "cub8",
+              val),
+             ("head_sync_recovers_cub4", "syncing the head's momentum every 10 steps recovers 4-bit", "cub4",
+              "cub4+sync head", val)]
+    for id, claim, worse, better, numbers in pairs:
         if worse in numbers and better in numbers and None not in (numbers[worse], numbers[better]):
-            checks.append(Check(f"{where}: {claim}", f"final val loss {worse} {numbers[worse]:.4f}, "
+            checks.append(Check(id, f"{where}: {claim}", f"final val loss {worse} {numbers[worse]:.4f}, "
                                 f"{better} {numbers[better]:.4f}", numbers[worse] > numbers[better],
                                 value=numbers[worse] - numbers[better]))
         else:
-            checks.append(Check(f"{where}: {claim}", f"needs {worse} and {better} runs", None))
+            checks.append(Check(id, f"{where}: {claim}", f"needs {worse} and {better} runs", None))
     claim = f"{where}: synchronizing all layers costs more training time than synchronizing the head"
     if "cub4+sync all" in by and "cub4+sync head" in by:
         t_all, t_head = end_time(by["cub4+sync all"]), end_time(by["cub4+sync head"])
@@ -61,9 +64,9 @@ def low_beta_checks(runs: list[Run], where: str) -> list[Check]:
             f"; the head is {share:.0%} of the parameters" if share is not None else "")
         steps = timing_checks.ratio("sync all / sync head step", step_times(by["cub4+sync all"]),
                                     step_times(by["cub4+sync head"]), "above")
-        checks.append(timing_checks.check(claim, [steps], context, paper="sync all slower"))
+        checks.append(timing_checks.check("sync_all_costs_more", claim, [steps], context, paper="sync all slower"))
     else:
-        checks.append(Check(claim, "needs cub4+sync all and cub4+sync head runs", None))
+        checks.append(Check("sync_all_costs_more", claim, "needs cub4+sync all and cub4+sync head runs", None))
     return checks
 
 

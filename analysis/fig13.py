@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
+from analysis.verdicts import Check, Result
 from analysis.loss_panels import draw, finals, kind, require_evals, speed_checks
 from src.runlog.runs import Run
 
@@ -22,13 +23,13 @@ def follows(runs: list[Run], where: str, points: float = 0.05) -> Check:
     claim = f"{where}: against iterations, the 1-bit run's accuracy follows Lion (32bit)'s (within 5 points)"
     by = {kind(r): r for r in runs}
     if "lion32" not in by or "cub1" not in by:
-        return Check(claim, "needs lion32 and cub1 runs", None)
+        return Check("cub1_accuracy_follows_lion32", claim, "needs lion32 and cub1 runs", None)
     base = {r["step"]: r["val/acc"] for r in by["lion32"].eval_rows("val/acc")}
     gaps = [abs(r["val/acc"] - base[r["step"]]) for r in by["cub1"].eval_rows("val/acc") if r["step"] in base]
     if not gaps:
-        return Check(claim, "no shared evaluation steps", None)
-    return Check(claim, f"largest gap {max(gaps):.3f} over {len(gaps)} evaluations", max(gaps) <= points,
-                 value=max(gaps), paper="closely follows")
+        return Check("cub1_accuracy_follows_lion32", claim, "no shared evaluation steps", None)
+    return Check("cub1_accuracy_follows_lion32", claim, f"largest gap {max(gaps):.3f} over {len(gaps)} evaluations",
+                 max(gaps) <= points, value=max(gaps), paper="closely follows")
 
 
 def make(runs: list[Run], out: Path) -> Result:

@@ -29,7 +29,8 @@ from analysis.bands import record  # noqa: E402
 from analysis.bench_runs import (BenchRun, all_rows, by_rate, call_times, link_bytes_text, load_bench,  # noqa: E402
                                  row_samples)
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from analysis.figure_cli import cli, need, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
 from src.comm.cost.model import cost  # noqa: E402
 
@@ -93,20 +94,23 @@ def checks(rates: dict[str, list[dict]], runs: list[BenchRun]) -> list[Check]:
         big, small = sizes[-1], sizes[0]
         have = lambda case, n: row_of(rows, case, n) is not None  # noqa: E731
         if have("cub1", big) and have("cub4", big):
-            result.append(timing_checks.check(f"rate {rate}, N={big:,}: bandwidth-bound, the 1-bit allreduce is "
+            result.append(timing_checks.check("onebit_faster_when_bandwidth_bound",
+                                              f"rate {rate}, N={big:,}: bandwidth-bound, the 1-bit allreduce is "
                                               "faster than the direct allreduce",
                                               [faster(runs, rows, "cub1", "cub4", big)], paper="1-bit faster"))
         if have("cub1", small) and have("cub4", small):
-            result.append(timing_checks.check(f"rate {rate}, N={small:,}: latency-bound, the direct allreduce is "
+            result.append(timing_checks.check("direct_faster_when_latency_bound",
+                                              f"rate {rate}, N={small:,}: latency-bound, the direct allreduce is "
                                               "faster than the 1-bit allreduce",
                                               [faster(runs, rows, "cub4", "cub1", small)], paper="direct faster"))
         if all(have(c, big) for c in CASE_OF.values()):
             result.append(timing_checks.check(
-                f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
+                "naive_ps_slowest", f"rate {rate}, N={big:,}: the naive parameter server is the slowest",
                 [faster(runs, rows, c, "ps_naive", big) for c in CASE_OF.values() if c != "ps_naive"],
                 link_bytes_text([row_of(rows, c, big) for c in CASE_OF.values()]), paper="naive PS slowest"))
     if not result:
-        result.append(Check("Measured regimes follow Fig. 2", "no benchmark on a rate-limited link", None))
+        result.append(Check("regimes_follow_fig2", "Measured regimes follow Fig. 2",
+                            "no benchmark on a rate-limited link", None))
     return result
 
 

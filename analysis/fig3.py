@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
+from analysis.verdicts import Check, Result
 from analysis.loss_panels import diverged, draw, final_eval, finals, group_by, require_evals, rise
 from src.runlog.runs import Run
 from analysis.zero_drift import text as mechanism
@@ -39,10 +40,10 @@ def _closer_check(groups: dict[str, list[Run]]) -> Check:
             gaps.append((name, abs(by["alternate"] - by["keep"]), abs(naive - by["keep"])))
     claim = "Alternating signs differ little from an allreduce that sends exact zeros (closer to it than naive)"
     if not gaps:
-        return Check(claim, "needs naive, alternate and keep runs at the same beta2", None)
+        return Check("alternate_close_to_exact", claim, "needs naive, alternate and keep runs at the same beta2", None)
     measured = "; ".join(f"{n}: |alt-exact|={a:.3f}, |naive-exact|={b:.3f} (final val loss)" for n, a, b in gaps)
-    return Check(claim, measured, all(a < b for _, a, b in gaps), value=max(a - b for _, a, b in gaps),
-                 paper="minimal differences")
+    return Check("alternate_close_to_exact", claim, measured, all(a < b for _, a, b in gaps),
+                 value=max(a - b for _, a, b in gaps), paper="minimal differences")
 
 
 def _largest(values) -> float | None:
@@ -65,12 +66,13 @@ def make(runs: list[Run], out: Path) -> Result:
     how = {r.label: mechanism(r, exact.get(r.get("optim.beta2"), next(iter(exact.values()), None)))
            for r in runs if zeros_rule(r) in NAIVE}
     checks = [
-        Check("The naive 1-bit allreduce (zeros sent as +1) diverges",
+        Check("naive_diverges", "The naive 1-bit allreduce (zeros sent as +1) diverges",
               " | ".join(f"{k}: {'diverged' if d else 'stable'} ({why}); {how[k]}"
                          for k, (_, d, why) in naive.items()),
               any(d for _, d, _ in naive.values()), value=_largest(rise(r) for r in runs if zeros_rule(r) in NAIVE),
               paper="diverges"),
-        Check("With zeros sent as +1/-1 on alternating steps the loss stays stable, regardless of beta2",
+        Check("alternate_stable", "With zeros sent as +1/-1 on alternating steps the loss stays stable, regardless "
+              "of beta2",
               "; ".join(f"{k}: {'diverged' if d else 'stable'} ({why})" for k, (_, d, why) in alternating.items()),
               not any(d for _, d, _ in alternating.values()),
               value=_largest(rise(r) for r in runs if zeros_rule(r) == "alternate"), paper="stable"),

@@ -24,7 +24,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.bands import first_of  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import cli, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import last_row, per_layer  # noqa: E402
 from analysis.update_hist import density, latest, show_layer  # noqa: E402
@@ -35,10 +36,10 @@ def fit_check(run: Run, row: dict, measure: str, better_is_higher: bool) -> Chec
     both = [k for k in lap if k in gau and math.isfinite(lap[k]) and math.isfinite(gau[k])]
     claim = f"{run.label}: update values follow a Laplace rather than a Gaussian (by {measure}, most layers)"
     if not both:
-        return Check(claim, f"no stats/fit/*_{measure} values", None)
+        return Check(f"laplace_by_{measure}", claim, f"no stats/fit/*_{measure} values", None)
     wins = sum((lap[k] > gau[k]) if better_is_higher else (lap[k] < gau[k]) for k in both)
-    return Check(claim, f"Laplace better in {wins} of {len(both)} layers", wins > len(both) / 2,
-                 value=100 * wins / len(both), paper="Laplace, not Gaussian")
+    return Check(f"laplace_by_{measure}", claim, f"Laplace better in {wins} of {len(both)} layers",
+                 wins > len(both) / 2, value=100 * wins / len(both), paper="Laplace, not Gaussian")
 
 
 def tail_check(run: Run, row: dict) -> Check:
@@ -46,10 +47,10 @@ def tail_check(run: Run, row: dict) -> Check:
     ratios = [top[k] / mean[k] for k in top if mean.get(k)]
     claim = f"{run.label}: |c| is heavy-tailed: max >= 10x mean in most layers"
     if not ratios:
-        return Check(claim, "no stats/abs/max and stats/abs/mean values", None)
+        return Check("heavy_tailed", claim, "no stats/abs/max and stats/abs/mean values", None)
     big = sum(r >= 10 for r in ratios)
-    return Check(claim, f"{big} of {len(ratios)} layers; median max/mean {median(ratios):.1f}x", big > len(ratios) / 2,
-                 value=median(ratios), paper="max far above mean")
+    return Check("heavy_tailed", claim, f"{big} of {len(ratios)} layers; median max/mean {median(ratios):.1f}x",
+                 big > len(ratios) / 2, value=median(ratios), paper="max far above mean")
 
 
 def draw_run(axes, run: Run, row: dict) -> None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
+from analysis.verdicts import Check, Result
 from analysis.loss_panels import draw, final_eval, finals, require_evals
 from src.runlog.runs import Run
 
@@ -40,22 +41,28 @@ def make(runs: list[Run], out: Path) -> Result:
     spread = {b: max(v.values()) - min(v.values()) for b, v in by_beta.items() if len(v) > 1}
     claim = "Large beta2: every strategy converges alike; small beta2: they spread"
     if len(betas) > 1 and betas[0] in spread and betas[-1] in spread:
-        checks.append(Check(claim, ", ".join(f"spread at beta2={b}: {s:.4f}" for b, s in spread.items()),
+        checks.append(Check("small_beta2_spreads", claim, ", ".join(f"spread at beta2={b}: {s:.4f}"
+                                                                   for b, s in spread.items()),
                             spread[betas[-1]] < spread[betas[0]], value=spread[betas[0]] - spread[betas[-1]]))
     else:
-        checks.append(Check(claim, f"needs two beta2 values with two strategies each; have {sorted(spread)}", None))
+        checks.append(Check("small_beta2_spreads", claim,
+                            f"needs two beta2 values with two strategies each; have {sorted(spread)}", None))
     claim = f"Small beta2 ({betas[0]}): without synchronization convergence deteriorates (None worse than all)"
     if {"none", "all"} <= set(low):
-        checks.append(Check(claim, f"final val loss none {low['none']:.4f}, all {low['all']:.4f}",
-                            low["none"] > low["all"], value=low["none"] - low["all"], paper="None worse"))
+        checks.append(Check("none_worse_than_all", claim,
+                            f"final val loss none {low['none']:.4f}, all {low['all']:.4f}", low["none"] > low["all"],
+                            value=low["none"] - low["all"], paper="None worse"))
     else:
-        checks.append(Check(claim, f"needs 'none' and 'all' at beta2={betas[0]}; have {sorted(low)}", None))
+        checks.append(Check("none_worse_than_all", claim,
+                            f"needs 'none' and 'all' at beta2={betas[0]}; have {sorted(low)}", None))
     claim = f"Small beta2 ({betas[0]}): syncing only embedding and head is close to syncing all"
     if {"none", "all", "embed_head"} <= set(low):
         a, b = abs(low["embed_head"] - low["all"]), abs(low["none"] - low["all"])
-        checks.append(Check(claim, f"|embed_head - all| = {a:.4f} vs |none - all| = {b:.4f}", a < b, value=a - b))
+        checks.append(Check("embed_head_close_to_all", claim,
+                            f"|embed_head - all| = {a:.4f} vs |none - all| = {b:.4f}", a < b, value=a - b))
     else:
-        checks.append(Check(claim, f"needs 'none', 'all' and 'embed_head' at beta2={betas[0]}", None))
+        checks.append(Check("embed_head_close_to_all", claim,
+                            f"needs 'none', 'all' and 'embed_head' at beta2={betas[0]}", None))
     notes = [f"beta2={b}: {finals(groups[f'beta2={b}'])}" for b in betas]
     if high is low:
         notes.append("only one beta2 value: the beta2 comparison cannot be made")

@@ -22,7 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.bands import curve  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import cli, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import mean_of, series  # noqa: E402
 
@@ -31,11 +32,13 @@ KEYS = ("stats/momentum_std/max", "stats/momentum_std/mean")
 
 def falls_with_beta2(runs: list[Run], key: str) -> Check:
     points = sorted((r.get("optim.beta2"), mean_of(r, key)) for r in runs)
-    claim = f"The larger beta2, the smaller {key.split('/')[-1]} std between workers"
+    stat = key.split("/")[-1]
+    claim = f"The larger beta2, the smaller {stat} std between workers"
     measured = ", ".join(f"beta2={b}: {v:.3g}" for b, v in points)
     if len({b for b, _ in points}) < 2:
-        return Check(claim, f"needs runs at two beta2 values; {measured}", None)
-    return Check(claim, measured, all(a[1] > b[1] for a, b in zip(points, points[1:]) if a[0] != b[0]),
+        return Check(f"{stat}_falls_with_beta2", claim, f"needs runs at two beta2 values; {measured}", None)
+    return Check(f"{stat}_falls_with_beta2", claim, measured,
+                 all(a[1] > b[1] for a, b in zip(points, points[1:]) if a[0] != b[0]),
                  value=points[0][1] / points[-1][1] if points[-1][1] else None, paper="falls with beta2")
 
 
@@ -65,7 +68,7 @@ def make(runs: list[Run], out: Path) -> Result:
     fig.tight_layout()
     verdicts = [steady(r) for r in runs]
     checks = [falls_with_beta2(runs, KEYS[0]), falls_with_beta2(runs, KEYS[1]),
-              Check("The spread stays about the same through training (halves within a factor 2)",
+              Check("spread_steady", "The spread stays about the same through training (halves within a factor 2)",
                     "; ".join(v for _, v, _ in verdicts), all(ok for ok, _, _ in verdicts),
                     value=max((r for *_, r in verdicts), key=lambda r: abs(math.log(r)) if r > 0 else math.inf),
                     paper="about the same")]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli
+from analysis.figure_cli import cli
+from analysis.verdicts import Check, Result
 from analysis.layer_spread import make_figure
 from src.runlog.runs import Run
 
@@ -20,17 +21,19 @@ from src.runlog.runs import Run
 def checks(label: str, c: dict[str, float]) -> list[Check]:
     if "embed" not in c or "head" not in c:
         why = f"no {'embedding' if 'embed' not in c else 'head'} layer among the logged layers"
-        return [Check(f"{label}: embedding and head exceed every other layer", why, None)]
+        return [Check("embed_head_largest", f"{label}: embedding and head exceed every other layer", why, None)]
     low = min(c["embed"], c["head"])
     ratio = low / c["others_median"] if c["others_median"] else float("inf")
     each = f" (embedding {c['embed'] / c['others_median']:.1f}x, head {c['head'] / c['others_median']:.1f}x)" \
         if c["others_median"] else ""
     return [
-        Check(f"{label}: the embedding and the head have larger momentum spread than every other layer",
+        Check("embed_head_largest", f"{label}: the embedding and the head have larger momentum spread than every "
+              "other layer",
               f"embed {c['embed']:.3g}, head {c['head']:.3g}, largest other {c['others_max']:.3g}",
               low > c["others_max"], value=low / c["others_max"] if c["others_max"] else None,
               paper="largest: embedding and head"),
-        Check(f"{label}: embedding and head spread far above the others (>= 10x their median; paper ~100x)",
+        Check("embed_head_far_above", f"{label}: embedding and head spread far above the others (>= 10x their "
+              "median; paper ~100x)",
               f"min(embed, head) / median(others) = {ratio:.1f}x" + each, ratio >= 10, value=ratio, paper="~100x"),
     ]
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
+from analysis.verdicts import Check, Result
 from analysis.loss_panels import draw, final_eval, finals, require_evals
 from src.runlog.runs import Run
 
@@ -41,14 +42,16 @@ def make(runs: list[Run], out: Path) -> Result:
     l1, sign = sync_gap(groups[TITLES["l1"]]), sync_gap(groups[TITLES["sign"]])
     claim = "L1 quantization needs no momentum synchronization: its none/synced gap is smaller than sign's"
     if l1 and sign:
-        checks = [Check(claim, f"L1 none {l1[0]:.4f} vs synced {l1[1]:.4f} (gap {l1[2]:.4f}); sign none "
-                               f"{sign[0]:.4f} vs synced {sign[1]:.4f} (gap {sign[2]:.4f})", l1[2] < sign[2],
+        checks = [Check("l1_needs_no_sync", claim,
+                        f"L1 none {l1[0]:.4f} vs synced {l1[1]:.4f} (gap {l1[2]:.4f}); sign none "
+                        f"{sign[0]:.4f} vs synced {sign[1]:.4f} (gap {sign[2]:.4f})", l1[2] < sign[2],
                         value=l1[2] - sign[2], paper="L1 needs no sync"),
-                  Check("Without synchronization, L1 converges better than distributed Lion's signs",
+                  Check("l1_beats_sign_unsynced", "Without synchronization, L1 converges better than distributed "
+                        "Lion's signs",
                         f"final val loss L1 none {l1[0]:.4f}, sign none {sign[0]:.4f}", l1[0] < sign[0],
                         value=l1[0] - sign[0])]
     else:
-        checks = [Check(claim, "needs a 'none' and a synchronized run for both l1 and sign", None)]
+        checks = [Check("l1_needs_no_sync", claim, "needs a 'none' and a synchronized run for both l1 and sign", None)]
     return Result(files, checks, [f"{t}: {finals(g)}" for t, g in groups.items()])
 
 

@@ -7,8 +7,8 @@ value of its rows' `mem/*` keys (src/engine/step_stats.py): on CUDA `mem/peak_al
 `mem/peak_reserved_bytes` (what PyTorch's caching allocator held: fragmentation and cached blocks included; NCCL's
 own buffers are in neither); on CPU `mem/peak_bytes` (the process's resident set size). Bars are grouped by model
 size (the run's parameter count, from summary.json), one bar per run label (`run.label`, else the variant); runs
-of one label and size at several seeds draw their mean with ±1 sd error bars, and the checks of each seed read its
-own peaks (several runs of one label and size there: their largest peak). CUDA runs draw two panels,
+of one label and size at several seeds draw their mean with an error bar over their range, and the checks of each
+seed read its own peaks (several runs of one label and size there: their largest peak). CUDA runs draw two panels,
 allocated and reserved; CPU runs draw RSS. Writes FOLDER/figA1.png, FOLDER/figA1.pdf, FOLDER/figA1.csv and
 findings.json (checks: the methods' peaks nearly equal at the smallest size; Lion Cub 1-bit's the largest at the
 largest size). Exits with status 2 and says what is missing when no run, or no run with the memory keys, is given.
@@ -27,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.bands import bars  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from analysis.figure_cli import cli, need, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from analysis.seeds import replicas_of  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 
@@ -116,14 +117,16 @@ def checks(rows: list[dict]) -> list[Check]:
         small = {label: v for (s, label), v in peaks.items() if s == sizes[0]}
         if len(small) > 1:
             spread = max(small.values()) / min(small.values()) - 1
-            result.append(Check(f"{PANELS[panel][1]}, {sizes[0]}: every method's peak is nearly the same "
+            result.append(Check("peaks_nearly_same",
+                                f"{PANELS[panel][1]}, {sizes[0]}: every method's peak is nearly the same "
                                 "(within 10 %)", f"largest / smallest - 1 = {100 * spread:.1f} % over "
                                 f"{len(small)} methods", round(spread, 4) <= 0.10, value=100 * spread,
                                 paper="nearly the same"))
         large = {variant: v for (s, variant), v in collect(rows, panel, by="variant").items() if s == sizes[-1]}
         if "cub1" in large and len(large) > 1 and len(sizes) > 1:
             top = max(large, key=large.get)
-            result.append(Check(f"{PANELS[panel][1]}, {sizes[-1]}: Lion Cub 1-bit needs the most memory",
+            result.append(Check("cub1_most_memory",
+                                f"{PANELS[panel][1]}, {sizes[-1]}: Lion Cub 1-bit needs the most memory",
                                 ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in sorted(large.items())),
                                 top == "cub1", value=large["cub1"] / max(v for k, v in large.items() if k != "cub1"),
                                 paper="1-bit highest"))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Result, cli
+from analysis.figure_cli import cli
+from analysis.verdicts import Result
 from analysis.loss_panels import by_world_size
 from src.runlog.runs import Run
 

@@ -12,24 +12,27 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Check, Result, cli
+from analysis.figure_cli import cli
+from analysis.verdicts import Check, Result
 from analysis.layer_spread import make_figure
 from src.runlog.runs import Run
 
 
 def checks(label: str, c: dict[str, float]) -> list[Check]:
     if "embed" not in c:
-        return [Check(f"{label}: the input layer has the largest momentum spread", "no input layer logged", None)]
+        return [Check("input_largest", f"{label}: the input layer has the largest momentum spread",
+                      "no input layer logged", None)]
     med = c["others_median"] or float("nan")
     result = [
-        Check(f"{label}: the input layer has a larger momentum spread than every other layer",
+        Check("input_largest", f"{label}: the input layer has a larger momentum spread than every other layer",
               f"input {c['embed']:.3g}, largest other {c['others_max']:.3g}", c["embed"] > c["others_max"],
               value=c["embed"] / c["others_max"] if c["others_max"] else None, paper="input layer largest"),
-        Check(f"{label}: the input layer's spread is far above the others (>= 10x their median)",
+        Check("input_far_above", f"{label}: the input layer's spread is far above the others (>= 10x their median)",
               f"input / median(others) = {c['embed'] / med:.1f}x", c["embed"] / med >= 10, value=c["embed"] / med),
     ]
     if "head" in c:
-        result.append(Check(f"{label}: the output layer shows little variance (< 10x the others' median)",
+        result.append(Check("output_little_variance",
+                            f"{label}: the output layer shows little variance (< 10x the others' median)",
                             f"output / median(others) = {c['head'] / med:.1f}x", c["head"] / med < 10,
                             value=c["head"] / med, paper="little variance"))
     return result

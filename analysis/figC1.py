@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from analysis.figure_cli import Result, cli
+from analysis.figure_cli import cli
+from analysis.verdicts import Result
 from src.runlog.runs import Run
 from analysis.sign_match import l1_checks, make_figure
 

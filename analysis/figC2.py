@@ -25,7 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis.bands import first_of  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import cli, need, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import per_layer  # noqa: E402
 from analysis.update_hist import cdf, latest, quantile, show_layer  # noqa: E402
@@ -93,10 +94,12 @@ def make(runs: list[Run], out: Path) -> Result:
         h = {name: entropy(occupancy(F, s)) for name, s in steps.items()}
         layer = arrays["layers"][i]
         checks += [
-            Check(f"{run.label}: Q_inf ({LEVELS} levels) maps most elements of {layer} to zero",
+            Check("linf_zeroes_most_of_layer", f"{run.label}: Q_inf ({LEVELS} levels) maps most elements of {layer} "
+                  "to zero",
                   f"{zero:.1%} in the zero level (max |c| = {top:.3g}, mean |c| = {mean:.3g})", zero > 0.5,
                   value=100 * zero, paper="most to zero"),
-            Check(f"{run.label}: L1's levels are used more evenly than Q_inf's (closer to minimum-entropy "
+            Check("l1_levels_more_even", f"{run.label}: L1's levels are used more evenly than Q_inf's (closer to "
+                  "minimum-entropy "
                   "encoding)", f"level entropy L1 {h['L1']:.2f} bits, Q_inf {h['Q_inf']:.2f} bits (at most "
                                f"{math.log2(2 * LEVELS + 1):.2f})", h["L1"] > h["Q_inf"],
                   value=h["L1"] - h["Q_inf"]),

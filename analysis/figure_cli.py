@@ -10,16 +10,15 @@ prints it and exits with status 2 (as it does for a source that does not exist).
 Seeds (analysis/seeds.py): where the sources hold a configuration at several seeds, `draw` calls `make` once per
 seed on that seed's runs (into `<out>/seed<N>/`, each with its own findings.json) and once on one run per
 configuration whose `replicas` are its seeds' runs (into `<out>/`: the figure shows their mean and spread, and a
-timing comparison pools their timed steps). Each check's verdict then follows analysis/verdicts.py over the seeds.
-findings.json (FORMAT 2) holds, per check, every seed's value and verdict, the spread, k of n and the verdict,
-with the seeds, the rule and the machines the runs came from.
+timing comparison pools their timed steps). Each check's verdict then follows analysis/verdicts.py over the seeds,
+which owns the findings model (`Check`, `Result`, the spread, the format of findings.json); this module draws and
+writes it. A figure whose series have several seeds says how their spread is drawn under the drawing (`save`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -30,72 +29,46 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis import seeds as seeding  # noqa: E402
 from analysis.bench_runs import BenchRun  # noqa: E402
-from analysis import verdicts  # noqa: E402
+from analysis.verdicts import BAND, Findings, Result, over_the_seeds  # noqa: E402
 from src.runlog.runs import Run, load_runs  # noqa: E402
 from src.utils import machine  # noqa: E402
-
-FINDINGS = "findings.json"
-FORMAT = 2  # findings.json: 2 = checks with their spread over seeds (analysis/verdicts.py); 1 had no version
 
 
 class MissingRuns(Exception):
     """The runs (or the keys in them) a figure needs are not in the given sources; the message names them."""
 
 
-@dataclass
-class Check:
-    """One finding of the paper, tested on our numbers: `holds` is True/False, or None when it cannot be decided
-    from these runs (then `measured` says why) or, for a timing comparison with an `interval`, when the interval
-    includes no difference (within noise). `value` is the number it compares (the tie rate, a ratio of times): its
-    spread over seeds is what the index shows; `interval` the 95 % interval of a timing comparison's `value`
-    (analysis/verdicts.py); `paper` the paper's number for it, where the paper gives one. `across_seeds`: a claim
-    about the seeds' band (one configuration against another's spread over the seeds), decided once on every seed's
-    runs together (analysis/verdicts.py `over_seeds`)."""
-    claim: str
-    measured: str
-    holds: bool | None
-    value: float | None = None
-    interval: list[float] | None = None
-    paper: str = ""
-    across_seeds: bool = False
-
-    @property
-    def verdict(self) -> str:
-        return verdicts.single(self.holds, self.interval)
-
-
-@dataclass
-class Result:
-    files: list[Path] = field(default_factory=list)
-    checks: list[Check] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Drawn:
-    """A figure drawn over its seeds: the drawing of every seed at once (`result`: files, notes, the pooled
-    checks), each check's spread over the seeds, the seeds and those that could not be drawn, and the runs."""
-    result: Result
-    spreads: list[verdicts.Spread]
-    seeds: list[int]
-    missing: dict[int, str]
-    runs: list
-    notes: list[str] = field(default_factory=list)
-
-
 def save(fig, out: Path, stem: str) -> list[Path]:
     """Write `fig` as `<out>/<stem>.png` and `.pdf` (and `<stem>.data.json` with the series that
-    analysis/bands.py drew: what a reader or a test reads instead of the picture); closes it and returns the paths."""
+    analysis/bands.py drew: what a reader or a test reads instead of the picture), with the spread of its series
+    said under the drawing where they have several seeds (`spread_note`); closes it and returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
-    fig.savefig(paths[0], dpi=120)
-    fig.savefig(paths[1])
-    series = getattr(fig, "lioncub_series", None)
+    series = getattr(fig, "lioncub_series", None) or []
+    note = spread_note(series)
+    if note:  # below the drawing: the saved area grows to hold it, and a figure legend keeps its place on the drawing
+        for legend in fig.legends:
+            legend.set_bbox_to_anchor((0, 0, 1, 1), transform=fig.transFigure)
+        fig.text(0.5, 0.0, note, ha="center", va="top", fontsize=7)
+    fig.savefig(paths[0], dpi=120, **({"bbox_inches": "tight"} if note else {}))
+    fig.savefig(paths[1], **({"bbox_inches": "tight"} if note else {}))
     if series:
         paths.append(out / f"{stem}.data.json")
         paths[-1].write_text(json.dumps({"figure": stem, "series": series}, indent=1) + "\n")
     plt.close(fig)
     return paths
+
+
+def spread_note(series: list[dict]) -> str:
+    """The caption line that says how the drawn series' spread over seeds is drawn (analysis/verdicts.py SPREAD);
+    empty where no series has two seeds."""
+    counts = [max(s["n"]) if isinstance(s["n"], list) else s["n"] for s in series if s.get("band") == BAND]
+    most = max(counts, default=1)
+    if most < 2:
+        return ""
+    seeds = f"{most} seeds" if min(counts) == most else f"up to {most} seeds"
+    return (f"Over {seeds}: lines and bars are the mean, shaded bands and error bars the range from the smallest to "
+            "the largest seed's value.")
 
 
 def need(condition: bool, message: str) -> None:
@@ -140,11 +113,12 @@ def machines(runs: list) -> dict[str, int]:
 
 
 def draw(make: Callable[[list, Path], Result], runs: list, out: Path, seeds: list[int] | None = None,
-         figure: str = "") -> Drawn:
+         figure: str = "") -> Findings:
     """`make` over the seeds of `runs` (see the module docstring; `seeds`: those to draw one by one, default every
-    seed the runs have); MissingRuns when the figure cannot be drawn from every seed at once."""
+    seed the runs have), each seed's findings.json written; MissingRuns when the figure cannot be drawn from every
+    seed at once."""
     plan = seeding.plan(runs, seeds)
-    per_seed: dict[int, Result] = {}
+    per_seed: dict[int | None, Result] = {}
     missing = dict(plan.missing)
     for seed in plan.seeds:
         if seed in missing:
@@ -154,66 +128,28 @@ def draw(make: Callable[[list, Path], Result], runs: list, out: Path, seeds: lis
         except MissingRuns as exc:
             missing[seed] = str(exc)
             continue
-        write_findings(out / f"seed{seed}", single(per_seed[seed], plan.runs_of[seed], seed),
-                       f"{figure}, seed {seed}")
+        findings_of(f"{figure}, seed {seed}", per_seed[seed], {seed: per_seed[seed]}, {},
+                    plan.runs_of[seed]).write(out / f"seed{seed}")
     result = make(plan.representatives if plan.seeds else runs, out)
     if not plan.seeds:
-        only = {seeding.seed_of(r) for r in runs} - {None}
-        per_seed = {(only.pop() if len(only) == 1 else 0): result}
-    return Drawn(result, spreads(result, per_seed, missing), sorted({*per_seed, *missing}), missing, runs,
-                 plan.notes)
+        per_seed = {common_seed(runs): result}
+    return findings_of(figure, result, per_seed, missing, runs, plan.notes)
 
 
-def spreads(result: Result, per_seed: dict[int, Result], missing: dict[int, str]) -> list[verdicts.Spread]:
-    """Each claim's verdict over the seeds (analysis.verdicts.over_seeds), in the order the claims first appear."""
-    pooled = {c.claim: asdict(c) for c in result.checks}
-    claims = list(dict.fromkeys([*pooled, *(c.claim for r in per_seed.values() for c in r.checks)]))
-    out = []
-    for claim in claims:
-        mine = {s: asdict(c) for s, r in per_seed.items() for c in r.checks if c.claim == claim}
-        absent = {**missing, **{s: "this seed's runs did not compute it" for s in per_seed if s not in mine}}
-        out.append(verdicts.over_seeds(claim, mine, pooled.get(claim), absent))
-    return out
+def common_seed(runs: list) -> int | None:
+    """The seed every run of a single draw has, else None (unseeded: runs without a seed, or of several seeds)."""
+    seeds = {seeding.seed_of(r) for r in runs}
+    return seeds.pop() if len(seeds) == 1 else None
 
 
-def single(result: Result, runs: list, seed: int | None) -> Drawn:
-    """One seed's drawing as a Drawn of its own (the per-seed findings.json)."""
-    per_seed = {seed if seed is not None else 0: result}
-    return Drawn(result, spreads(result, per_seed, {}), list(per_seed), {}, runs)
-
-
-def measured_text(s: verdicts.Spread) -> str:
-    """What was measured: the pooled comparison's text, else each seed's (prefixed by its seed where several)."""
-    return s.pooled or "; ".join(f"seed {k}: {v}" if len(s.measured) > 1 else v for k, v in s.measured.items())
-
-
-def findings_payload(figure: str, drawn: Drawn) -> dict:
-    """findings.json (FORMAT 2): files, notes, the seeds, the rule, the machines and every check with its spread."""
-    papers = {c.claim: c.paper for c in drawn.result.checks}
-    checks = []
-    for s in drawn.spreads:
-        checks.append({"claim": s.claim, "paper": papers.get(s.claim, ""), "verdict": s.verdict,
-                       "holds": {verdicts.SHOWN: True, verdicts.NOT_SHOWN: False}.get(s.verdict),
-                       "shown_in": s.shown_in, "decided": len(s.decided), "spread": s.summary(),
-                       "spread_text": s.spread_text(), "interval": s.interval, "pooled": s.pooled,
-                       "across_seeds": s.across_seeds,
-                       "measured": measured_text(s),
-                       "per_seed": {str(k): {"holds": s.holds[k], "value": s.values.get(k), "measured": s.measured[k]}
-                                    for k in s.holds},
-                       "missing": {str(k): v for k, v in s.missing.items()}})
-    everything = [rep for run in drawn.runs for rep in seeding.replicas_of(run)] if drawn.runs else []
-    return {"format": FORMAT, "figure": figure, "files": [str(p) for p in drawn.result.files], "checks": checks,
-            "notes": drawn.result.notes + drawn.notes, "seeds": drawn.seeds,
-            "missing_seeds": {str(k): v for k, v in drawn.missing.items()}, "rule": verdicts.RULE,
-            "machines": machines(list({id(r): r for r in everything}.values())),
-            "runs": [{"path": str(r.path), "label": r.label, "seed": seeding.seed_of(r)} for r in drawn.runs]}
-
-
-def write_findings(out: Path, drawn: Drawn, figure: str = "") -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / FINDINGS
-    path.write_text(json.dumps(findings_payload(figure, drawn), indent=2) + "\n")
-    return path
+def findings_of(figure: str, result: Result, per_seed: dict[int | None, Result], missing: dict[int, str],
+                runs: list, notes: list[str] = ()) -> Findings:
+    """The findings of `result` over the seeds' results, with the runs they came from and their machines."""
+    everything = list({id(r): r for run in runs for r in seeding.replicas_of(run)}.values())
+    return Findings(figure, result, over_the_seeds(result, per_seed, missing),
+                    sorted({*per_seed, *missing}, key=lambda s: (s is None, s or 0)), missing,
+                    [{"path": str(r.path), "label": r.label, "seed": seeding.seed_of(r)} for r in runs],
+                    machines(everything), list(notes))
 
 
 def cli(make: Callable[[list, Path], Result], figure: str, prog: str, doc: str | None,
@@ -237,11 +173,10 @@ def cli(make: Callable[[list, Path], Result], figure: str, prog: str, doc: str |
     except (MissingRuns, FileNotFoundError) as exc:
         print(f"{prog}: cannot draw {figure}: {exc}", file=sys.stderr)
         return 2
-    findings = write_findings(args.out, drawn, figure)
+    findings = drawn.write(args.out)
     seeds = f" over seeds {', '.join(map(str, drawn.seeds))}" if len(drawn.seeds) > 1 else ""
-    for s in drawn.spreads:
-        measured = measured_text(s)
-        print(f"[{s.verdict}{seeds and f', {s.k_of_n()} seeds'}] {s.claim}\n    measured: {measured}"
+    for s in drawn.findings:
+        print(f"[{s.verdict}{seeds and f', {s.k_of_n()} seeds'}] {s.claim}\n    measured: {s.measured_text()}"
               + (f"\n    spread{seeds}: {s.spread_text()}" if len(s.values) > 1 else ""))
     for seed, why in drawn.missing.items():
         print(f"[seed {seed} missing] {why}")

@@ -17,7 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.bands import bars  # noqa: E402
-from analysis.figure_cli import MissingRuns, Result, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import MissingRuns, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Result  # noqa: E402
 from analysis.seeds import replicas_of  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import layer_class, per_layer_mean  # noqa: E402
@@ -69,8 +70,7 @@ def draw(runs: list[Run], out: Path, figure: str, stem: str, title: str) -> list
         ax.set_xticks(range(len(layers)), layers, rotation=90, fontsize=5)
         ax.set(yscale="log", ylabel="max std between workers",
                title=f"{run.label}, {run.world_size} workers, beta2={run.get('optim.beta2')} "
-                     "(mean over logged steps" + (f"; bars: mean ± sd of {len(each)} seeds)" if len(each) > 1
-                                                  else ")"))
+                     f"(mean over logged steps{f'; {len(each)} seeds' if len(each) > 1 else ''})")
         for cls, color in COLORS.items():
             ax.bar([0], [0], color=color, label=cls)
         ax.legend(fontsize=7)

@@ -20,7 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from src.runlog.curves import ema  # noqa: E402
 from analysis.bands import curve  # noqa: E402
-from analysis.figure_cli import Check, MissingRuns, Result, need, save  # noqa: E402
+from analysis.figure_cli import MissingRuns, need, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.runlog.runs import Run, distinguish  # noqa: E402
 
 LABELS = {"val/loss": "validation loss", "val/acc": "validation accuracy", "loss": "training loss"}
@@ -148,7 +149,7 @@ def speed_checks(runs: list[Run], where: str, metric: str = "val/loss", toleranc
                "time")
     if base is None or final_eval(base, metric) is None or not others:
         why = "needs a lion32 run and another run with evaluations"
-        return [Check(claim_q, why, None), Check(claim_t, why, None)]
+        return [Check("comparable_convergence", claim_q, why, None), Check("faster_to_target", claim_t, why, None)]
     target, base_time = final_eval(base, metric), end_time(base)
     reach = target * (1 - tolerance) if metric.endswith("acc") else target * (1 + tolerance)
     quality, speed = [], []
@@ -160,11 +161,11 @@ def speed_checks(runs: list[Run], where: str, metric: str = "val/loss", toleranc
     gaps = [100 * abs(v - target) / abs(target) for _, v, _ in quality if v is not None]
     times = [t / base_time for _, t, _ in speed if t is not None and base_time]
     return [
-        Check(claim_q, f"Lion 32-bit {target:.4g}; " + "; ".join(
+        Check("comparable_convergence", claim_q, f"Lion 32-bit {target:.4g}; " + "; ".join(
             f"{label} {v:.4g}" if v is not None else f"{label} none" for label, v, _ in quality)
             + (f"; largest gap {max(gaps):.2f}%" if gaps else ""),
             all(ok for *_, ok in quality), value=max(gaps) if gaps else None, paper="comparable convergence"),
-        Check(claim_t, f"Lion 32-bit ends at {base_time:.0f} s; " + "; ".join(
+        Check("faster_to_target", claim_t, f"Lion 32-bit ends at {base_time:.0f} s; " + "; ".join(
             f"{label} at {t:.0f} s" if t is not None else f"{label} never" for label, t, _ in speed)
             + (f"; slowest reaches it at {max(times):.2f} of Lion 32-bit's time" if times else ""),
             all(ok for *_, ok in speed), value=max(times) if len(times) == len(speed) and times else None,

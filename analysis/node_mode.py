@@ -24,12 +24,13 @@ import sys
 from pathlib import Path
 from statistics import fmean
 
-from analysis.figure_cli import Check, Result, cli, need
+from analysis.figure_cli import cli, need
 from analysis.loss_panels import draw, final_eval, kind, require_evals
 from analysis.seeds import replicas_of
 from analysis.stats_rows import series
 from analysis.steady_point import end_reading
 from analysis.table2 import lion_zero, ties, vote_table
+from analysis.verdicts import Check, Result, Spread
 from src.runlog.runs import Run
 
 KEY = "stats/vote/pos_pos"
@@ -67,30 +68,28 @@ def tie_rates(run: Run) -> list[dict]:
 
 
 def spread(values: list[float], digits: int = 4) -> str:
-    """`m (lo-hi, n seeds)`, or the value alone."""
-    if len(values) == 1:
-        return f"{values[0]:.{digits}g}"
-    return f"{fmean(values):.{digits}g} ({min(values):.{digits}g}-{max(values):.{digits}g}, {len(values)} seeds)"
+    """The one spread rule (analysis/verdicts.py SPREAD): `m (lo to hi, n=k)`, or the value alone."""
+    return Spread.of(values).text(f".{digits}g") if values else "-"
 
 
-def band_check(claim: str, mine: list[float], theirs: list[float], names: tuple[str, str]) -> Check:
+def band_check(id_: str, claim: str, mine: list[float], theirs: list[float], names: tuple[str, str]) -> Check:
     """Whether the mean of `mine` lies inside the min-max of `theirs` (decided once over the seeds)."""
     if not mine or len(theirs) < 2:
-        return Check(claim, f"needs {names[0]} and {names[1]} at 2 or more seeds (have {len(mine)} and "
+        return Check(id_, claim, f"needs {names[0]} and {names[1]} at 2 or more seeds (have {len(mine)} and "
                             f"{len(theirs)})", None, across_seeds=True)
     m, low, high = fmean(mine), min(theirs), max(theirs)
     where = "inside" if low <= m <= high else "below it" if m < low else "above it"
-    return Check(claim, f"{names[0]} {spread(mine)}: its mean is {where} {names[1]}'s band {low:.4g}-{high:.4g} "
+    return Check(id_, claim, f"{names[0]} {spread(mine)}: its mean is {where} {names[1]}'s band {low:.4g} to {high:.4g} "
                         f"({len(theirs)} seeds)", low <= m <= high, value=m - fmean(theirs), across_seeds=True)
 
 
 def converge_check(by: dict[str, Run]) -> Check:
     """Fig. 12's criterion for cub4 node against Lion (32bit): each seed's own (the mean where several)."""
     if NODE not in by or LION32 not in by or not finals(by[NODE]) or not finals(by[LION32]):
-        return Check(CONVERGE, f"needs {LION32} and {NODE} runs with evaluations (have {sorted(by)})", None)
+        return Check("node_within_2pct_of_lion32", CONVERGE, f"needs {LION32} and {NODE} runs with evaluations (have {sorted(by)})", None)
     node, lion = fmean(finals(by[NODE])), fmean(finals(by[LION32]))
     gap = 100 * abs(node - lion) / abs(lion)
-    return Check(CONVERGE, f"Lion 32-bit {lion:.4g}, cub4 node {node:.4g}: gap {gap:.2f}%", gap <= 100 * TOLERANCE,
+    return Check("node_within_2pct_of_lion32", CONVERGE, f"Lion 32-bit {lion:.4g}, cub4 node {node:.4g}: gap {gap:.2f}%", gap <= 100 * TOLERANCE,
                  value=gap, paper="comparable convergence (within 2%)")
 
 
@@ -133,8 +132,8 @@ def make(runs: list[Run], out: Path) -> Result:
     (out / "node_mode.md").write_text(markdown(conv, roles))
     flat = finals(conv[FLAT]) if FLAT in conv else []
     ties_of = {k: [c["tie"] for c in tie_rates(r)] for k, r in roles.items() if k in ("node", "twin")}
-    checks = [converge_check(conv), band_check(BAND, finals(conv[NODE]), flat, ("cub4 node", "flat cub4")),
-              band_check(TWIN, ties_of.get("node", []), ties_of.get("twin", []),
+    checks = [converge_check(conv), band_check("node_within_flat_band", BAND, finals(conv[NODE]), flat, ("cub4 node", "flat cub4")),
+              band_check("node_ties_as_twin", TWIN, ties_of.get("node", []), ties_of.get("twin", []),
                          ("the node run's tie rate (%)", "its flat twin"))]
     notes = [f"{r.label}: {voters(r)} voters on {r.world_size} ranks, seeds "
              f"{', '.join(str(x.seed) for x in replicas_of(r))}" for r in [*conv.values(), *roles.values()]]

@@ -25,7 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis.bands import curve  # noqa: E402
-from analysis.figure_cli import Check, Result, need, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import need, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import (group_numel, group_sums, layer_group, method_name, methods, per_layer,  # noqa: E402
                                  series)
@@ -72,12 +73,12 @@ def _groups_text(groups: dict, method: str) -> str:
     return "; by group: " + ", ".join(parts) if parts else ""
 
 
-def _compare(r: dict, claim: str, a: str, b: str, index: int, less: bool) -> Check:
+def _compare(r: dict, id: str, claim: str, a: str, b: str, index: int, less: bool) -> Check:
     if a not in r or b not in r:
-        return Check(claim, f"needs both {a} and {b} (have {sorted(r)})", None)
+        return Check(id, claim, f"needs both {a} and {b} (have {sorted(r)})", None)
     what = ("match", "flip")[index]
     va, vb = r[a][index], r[b][index]
-    return Check(claim, f"mean {what}: {method_name(a)} {va:.2f}%, {method_name(b)} {vb:.2f}%",
+    return Check(id, claim, f"mean {what}: {method_name(a)} {va:.2f}%, {method_name(b)} {vb:.2f}%",
                  va < vb if less else va > vb, value=va - vb)
 
 
@@ -85,9 +86,9 @@ def l1_checks(run: Run, where: str, read: Reading | None = None, groups: dict | 
     """What Appendix C.1 says of ResNet-18: L1 matches standard Lion's sign more, and flips it less, than
     distributed Lion."""
     r = rates(run, (read or reading(run)).step)
-    return [_compare(r, f"{where}: L1 quantization matches standard Lion's sign more often than distributed "
-                        "Lion", "l1", "sign", 0, less=False),
-            _compare(r, f"{where}: L1 flips the update direction less often than distributed Lion",
+    return [_compare(r, "l1_matches_more", f"{where}: L1 quantization matches standard Lion's sign more often than "
+                        "distributed Lion", "l1", "sign", 0, less=False),
+            _compare(r, "l1_flips_less", f"{where}: L1 flips the update direction less often than distributed Lion",
                      "l1", "sign", 1, less=True)]
 
 
@@ -101,11 +102,12 @@ def checks(run: Run, where: str, read: Reading | None = None, groups: dict | Non
     tails = tails_text(run, read.step)
     zeros = "; mapped to zero by group: " + ", ".join(f"{g} {100 - v['linf'][0] - v['linf'][1]:.1f}%"
                                                       for g, v in (groups or {}).items() if "linf" in v)
-    result.append(Check(claim, f"match + flip {sum(r['linf']):.2f}%" + (zeros if groups else "") + tails,
-                        sum(r["linf"]) < 50, value=sum(r["linf"]), paper="most elements to zero") if "linf" in r
-                  else Check(claim, "no linf statistics", None))
-    for m in ("linf_nozero", "log"):
-        check = _compare(r, f"{where}: {method_name(m)} does not match distributed Lion", m, "sign", 0, less=True)
+    result.append(Check("linf_zeroes_most", claim,
+                        f"match + flip {sum(r['linf']):.2f}%" + (zeros if groups else "") + tails, sum(r["linf"]) < 50,
+                        value=sum(r["linf"]), paper="most elements to zero") if "linf" in r
+                  else Check("linf_zeroes_most", claim, "no linf statistics", None))
+    for m, id in (("linf_nozero", "linf_nozero_matches_less"), ("log", "log_matches_less")):
+        check = _compare(r, id, f"{where}: {method_name(m)} does not match distributed Lion", m, "sign", 0, less=True)
         by = "; by group: " + ", ".join(f"{g} {v[m][0]:.1f}% vs {v['sign'][0]:.1f}%" for g, v in (groups or {}).items()
                                         if m in v and "sign" in v)
         check.measured += (by if groups else "") + tails
@@ -115,10 +117,10 @@ def checks(run: Run, where: str, read: Reading | None = None, groups: dict | Non
         match, flip = r["sign"]
         when = f"mean over the statistics steps from {read.step} on" + ("" if read.met else " (in the transient)")
         measured = f"match {match:.2f}%, flip {flip:.2f}% ({when})" + _groups_text(groups or {}, "sign")
-        result.append(Check(claim, measured, 55 <= match <= 75 and 5 <= flip <= 15, value=match,
+        result.append(Check("sign_match_and_flip", claim, measured, 55 <= match <= 75 and 5 <= flip <= 15, value=match,
                             paper="match 60-70%, flip ~10%"))
     else:
-        result.append(Check(claim, "no sign statistics", None))
+        result.append(Check("sign_match_and_flip", claim, "no sign statistics", None))
     return result
 
 

@@ -30,7 +30,8 @@ from analysis.bands import record  # noqa: E402
 from analysis.bench_runs import (BenchRun, all_rows, by_rate, call_times, link_bytes_text, load_bench,  # noqa: E402
                                  row_samples)
 from analysis.cost_table1 import CASE_OF, ROWS, table1_rows  # noqa: E402
-from analysis.figure_cli import Check, Result, cli, need, save  # noqa: E402
+from analysis.figure_cli import cli, need, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from src.bench.comm_model import fit, terms  # noqa: E402
 
 COLUMNS = ("rate", "row", "latency", "bandwidth", "case", "P", "N", "model_bits_per_element", "fitted_alpha_s",
@@ -104,19 +105,21 @@ def checks(rows: list[dict], runs: list[BenchRun]) -> list[Check]:
         times = {c: row_samples(runs, mine[c]["bench"]) for c in mine}
         pairs = [timing_checks.ratio(f"{a} / {b} collective", times[a], times[b], "below")
                  for a, b in zip(model, model[1:])]
-        result.append(timing_checks.check(f"rate {rate}: the measured order of the four implementations is Table 1's",
+        result.append(timing_checks.check("order_is_table1s",
+                                          f"rate {rate}: the measured order of the four implementations is Table 1's",
                                           pairs, f"model {' < '.join(model)}; measured medians "
                                                  f"{' < '.join(measured)}; " + (link_bytes_text(
                                                      [r["bench"] for r in mine.values()]) or "link bytes not measured"),
                                           paper=" < ".join(model)))
         one = CASE_OF["onebit"]
-        result.append(timing_checks.check(f"rate {rate}: the 1-bit compressed allreduce is the fastest in the "
+        result.append(timing_checks.check("onebit_fastest_when_bandwidth_bound",
+                                          f"rate {rate}: the 1-bit compressed allreduce is the fastest in the "
                                           "bandwidth-bound regime",
                                           [timing_checks.ratio(f"{one} / {c} collective", times[one], times[c],
                                                                "below") for c in mine if c != one and one in mine],
                                           "" if one in mine else f"no {one} row", paper="1-bit fastest"))
     if not result:
-        result.append(Check("On a rate-limited link the measured order follows Table 1",
+        result.append(Check("order_is_table1s", "On a rate-limited link the measured order follows Table 1",
                             "no benchmark on a rate-limited link (rate none only)", None))
     return result
 

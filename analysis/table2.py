@@ -30,7 +30,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.figure_cli import Check, Result, cli, need, runs_with_key, save  # noqa: E402
+from analysis.figure_cli import cli, need, runs_with_key, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from analysis.paper_numbers import SIGNS, TABLE2  # noqa: E402
 from src.runlog.runs import Run  # noqa: E402
 from analysis.stats_rows import group_numel, group_sums, series  # noqa: E402
@@ -100,7 +101,7 @@ def by_group(o: Ours, measure) -> str:
 
 
 def spread_cell(o: Ours, a: str, b: str) -> str:
-    """One cell of ours: the value, or the seeds' mean ± sd (analysis/bands.py)."""
+    """One cell of ours: the value, or the seeds' mean and range (analysis/bands.py `cell`)."""
     return cell([t[(a, b)] for t in o.seeds], 2, "%") if len(o.seeds) > 1 else f"{o.table[(a, b)]:.2f}%"
 
 
@@ -114,8 +115,8 @@ def markdown(ours: dict[int, Ours]) -> str:
     paper = " / ".join(f"paper {w}w" for w in sorted(TABLE2))
     seeds = max(len(o.seeds) for o in ours.values())
     lines = [f"Percent of update elements, rows: sign of standard Lion, columns: sign of the majority vote. "
-             f"Cells: {header} | {paper}." + (f" Ours: mean ± sd over {seeds} seeds, each read at its own reading "
-                                              "step." if seeds > 1 else ""), ""]
+             f"Cells: {header} | {paper}." + (f" Ours: the mean over {seeds} seeds (smallest to largest), each read "
+                                              "at its own reading step." if seeds > 1 else ""), ""]
     for w in sizes:
         lines.append(f"- ours {w} workers: {ours[w].label}" + (f" (the first seed's reading; the seeds' table2.md "
                                                                  "say theirs)" if len(ours[w].seeds) > 1 else "")
@@ -202,24 +203,25 @@ def _when(o: Ours) -> str:
 def checks(ours: dict[int, Ours]) -> list[Check]:
     tie = {w: ties(o.table) for w, o in ours.items()}
     paper4 = ties(TABLE2[4])
+    over = "With 4 workers over 30% of the elements have a tied majority vote"
     result = []
     if 4 in tie:
         detail = f"{tie[4]:.2f}% at 4 workers, step {ours[4].step}{_when(ours[4])} (paper {paper4:.2f}%)" + \
             by_group(ours[4], ties)
-        result.append(Check("With 4 workers over 30% of the elements have a tied majority vote", detail,
-                            tie[4] > 30, value=tie[4], paper=f"{paper4:.1f}% tied"))
-        result.append(Check(f"The tie rate at 4 workers is near the paper's {paper4:.1f}% (within 5 points)",
+        result.append(Check("ties_over_30_at_4", over, detail, tie[4] > 30, value=tie[4], paper=f"{paper4:.1f}% tied"))
+        result.append(Check("ties_near_paper_at_4",
+                            f"The tie rate at 4 workers is near the paper's {paper4:.1f}% (within 5 points)",
                             detail, abs(tie[4] - paper4) <= 5, value=tie[4], paper=f"{paper4:.1f}%"))
     else:
-        result.append(Check("With 4 workers over 30% of the elements have a tied majority vote",
-                            f"no 4-worker run (have {sorted(tie)})", None))
+        result.append(Check("ties_over_30_at_4", over, f"no 4-worker run (have {sorted(tie)})", None))
     claim = "The tie rate is lower with 8 workers than with 4"
-    result.append(Check(claim, f"{tie[4]:.2f}% at 4, {tie[8]:.2f}% at 8 (paper {paper4:.2f}% / "
-                               f"{ties(TABLE2[8]):.2f}%)" + by_group(ours[8], ties), tie[8] < tie[4],
+    result.append(Check("fewer_ties_at_8", claim, f"{tie[4]:.2f}% at 4, {tie[8]:.2f}% at 8 (paper {paper4:.2f}% / "
+                        f"{ties(TABLE2[8]):.2f}%)" + by_group(ours[8], ties), tie[8] < tie[4],
                         value=tie[4] - tie[8], paper=f"{paper4 - ties(TABLE2[8]):.1f} points lower")
-                  if 4 in tie and 8 in tie else Check(claim, f"needs 4- and 8-worker runs (have {sorted(tie)})", None))
+                  if 4 in tie and 8 in tie else
+                  Check("fewer_ties_at_8", claim, f"needs 4- and 8-worker runs (have {sorted(tie)})", None))
     zero_rows = {w: lion_zero(o.table) for w, o in ours.items()}
-    result.append(Check("Standard Lion's direction is (almost) never zero (row 0 under 1%)",
+    result.append(Check("lion_never_zero", "Standard Lion's direction is (almost) never zero (row 0 under 1%)",
                         "; ".join(f"{z:.3f}% at {w} workers" + by_group(ours[w], lion_zero)
                                   for w, z in sorted(zero_rows.items())),
                         all(z < 1 for z in zero_rows.values()), value=max(zero_rows.values()), paper="0.00%"))
@@ -251,8 +253,7 @@ def tie_spread(workers: int, o: Ours) -> str:
     where = "" if paper is None else (f"; the paper's {paper:.1f}% lies " +
                                       ("inside" if min(values) <= paper <= max(values) else "outside") +
                                       " the seeds' range")
-    return (f"tie rate at {workers} workers over {len(values)} seeds: {cell(values, 2, '%')} (range "
-            f"{min(values):.2f}-{max(values):.2f}%){where}")
+    return f"tie rate at {workers} workers over {len(values)} seeds: {cell(values, 2, '%')}{where}"
 
 
 def main(argv: list[str] | None = None) -> int:

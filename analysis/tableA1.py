@@ -18,7 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis.figure_cli import Check, Result, cli, save  # noqa: E402
+from analysis.figure_cli import cli, save  # noqa: E402
+from analysis.verdicts import Check, Result  # noqa: E402
 from analysis.paper_numbers import TABLE_A1, TABLE_A1_COLUMNS  # noqa: E402
 from analysis import timing_checks  # noqa: E402
 from analysis.time_bars import (COMMUNICATE, TABLE_COLUMNS, TOTAL, checks, groups, timed_runs,  # noqa: E402
@@ -73,7 +74,8 @@ def share_check(rows: list[dict]) -> Check:
     claim = "Communication dominates Lion (32bit)'s step on a slow network (over half of it)"
     shares = [timing_checks.share(f"{r['network']} {r['params_M']}M: communicate / step", r["samples"],
                                   COMMUNICATE, TOTAL, 0.5, "above") for r in slow]
-    return timing_checks.check(claim, shares, "" if slow else "no Lion (32bit) run on a rate-limited network",
+    return timing_checks.check("comm_dominates_lion32", claim, shares,
+                               "" if slow else "no Lion (32bit) run on a rate-limited network",
                                paper=f"{min(paper):.0f}-{max(paper):.0f}% (Ethernet)")
 
 

@@ -3,27 +3,26 @@ Table A.1 rows of runs with the speedup over Lion (32bit) and its limits, the gr
 on them, the stacked bars and the table files.
 
 Rows come from src/runlog/timing_table.py (`timing_summary`); each gets `kind` (the variant's name, with `+overlap`,
-`+overlap_backward` or `+overlap_both` after `variant.overlap`: src/optim/overlap.py `label_suffix`) and is drawn
+`+overlap_backward` or `+overlap_both` after `variant.overlap`: `Run.variant_label`, the run record's) and is drawn
 and tabled under `label` (`Run.label`, told apart where runs share one).
 A run with replicas at several seeds (analysis/seeds.py: here they are repeats of the same timing) gets the means
-over every replica's timed steps, `repeats`, and `total_seed_sd_ms` (the standard deviation of the repeats' mean
-step times: the bars' error bars); `samples` keeps every repeat's timed steps (ms: total and each phase) for the
-checks, which compare two times by the ratio of their means with a 95 % interval (analysis/timing_checks.py).
+over every replica's timed steps, `repeats`, and `total_seed_min_ms` / `total_seed_max_ms` (the range of the
+repeats' mean step times, analysis/verdicts.py's spread: the bars' error bars); `samples` keeps every repeat's
+timed steps (ms: total and each phase) for the checks, which compare two times by the ratio of their means with a
+95 % interval (analysis/timing_checks.py).
 """
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
-from statistics import stdev
-
 import numpy as np
 
 from analysis import timing_checks
 from analysis.bands import record
-from analysis.figure_cli import Check, need, save
+from analysis.figure_cli import need, save
+from analysis.verdicts import BAND, Check, Spread
 from analysis.seeds import replicas_of
-from src.optim.overlap import label_suffix
 from src.runlog.runs import Run, distinguish, load_run
 from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown
 
@@ -31,16 +30,18 @@ SEGMENTS = (*PHASES, "other")
 VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "lion32_hsdp", "lion16_hsdp", "cub8_node", "cub4_node",
                  "cub1_node", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg", "ddp_lion", "ddp_lion_bf16", "adamw32",
                  "ddp_adamw", "onebit_adam", "bitdp2", "bitdp1")
-# The node hierarchy's findings (variant.hierarchy: node): a step ratio, the finding's side of `null` and the networks
-# (by a word of their name) it is claimed on: cub4 with nodes as voters at most 0.7x flat cub4's step on the
-# paper-equivalent Ethernet, at least 1.9x over Lion 32-bit on the paper-equivalent InfiniBand (flat: 1.77x).
-NODE_TARGETS = (("cub4_node", "cub4", "below", 0.7, "ethernet", "at most 0.7x flat cub4's step"),
-                ("lion32", "cub4_node", "above", 1.9, "infiniband", "at least 1.9x over Lion (32bit)"))
+# The node hierarchy's findings (variant.hierarchy: node): a check id, a step ratio, the finding's side of `null` and
+# the networks (by a word of their name) it is claimed on: cub4 with nodes as voters at most 0.7x flat cub4's step on
+# the paper-equivalent Ethernet, at least 1.9x over Lion 32-bit on the paper-equivalent InfiniBand (flat: 1.77x).
+NODE_TARGETS = (("node_step_at_most_07x_flat", "cub4_node", "cub4", "below", 0.7, "ethernet",
+                 "at most 0.7x flat cub4's step"),
+                ("node_speedup_19x_on_ib", "lion32", "cub4_node", "above", 1.9, "infiniband",
+                 "at least 1.9x over Lion (32bit)"))
 PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}
-TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_sd_ms", "speedup_vs_lion32", "amdahl_limit", "overlap_limit",
-                 "forward_overlap_limit", "vs_sync", "hit_rate", "wire_behind_backward_ms", "redo_ms")
+TABLE_COLUMNS = (*COLUMNS, "repeats", "total_seed_min_ms", "total_seed_max_ms", "speedup_vs_lion32", "amdahl_limit",
+                 "overlap_limit", "forward_overlap_limit", "vs_sync", "hit_rate", "wire_behind_backward_ms", "redo_ms")
 # The columns of `samples`, in ms: the step, its phases, and the paper's "Comm" (Fig. 10: "communication time and
 # quantization overheads"), i.e. quantize + communicate.
 TIMED = ("total", *PHASES)  # what each timed step logs as `time/<column>`
@@ -65,7 +66,9 @@ def pooled_summary(run: Run) -> dict:
     each = [s for s in samples(run) if len(s)]
     row["samples"] = each
     row["repeats"] = len(each)
-    row["total_seed_sd_ms"] = round(stdev(float(s[:, TOTAL].mean()) for s in each), 2) if len(each) > 1 else None
+    spread = Spread.of(float(s[:, TOTAL].mean()) for s in each) if len(each) > 1 else None
+    row["total_seed_min_ms"] = round(spread.low, 2) if spread else None
+    row["total_seed_max_ms"] = round(spread.high, 2) if spread else None
     if len(each) > 1:
         steps = np.concatenate(each)
         for i, c in enumerate(TIMED):
@@ -113,7 +116,7 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     for run in runs:
         row = pooled_summary(run)
         row["network"] = network_label(run, row)
-        row["kind"] = row["variant"] + label_suffix((run.config.get("variant") or {}).get("overlap"))
+        row["kind"] = run.variant_label
         row["wire_bytes"] = wire_bytes(run)  # bars and rows are named by row["label"]
         row["link_bytes"] = link_bytes(run)
         row.update(speculation(run))
@@ -192,23 +195,26 @@ def groups(rows: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def stacked_bars(ax, group: list[dict], title: str) -> None:
-    """One panel: a bar per row stacked by phase, labelled with its speedup over Lion (32bit), with an error bar of
-    ±1 sd: of the repeats' mean step times where a row has several repeats, else of its timed steps."""
+    """One panel: a bar per row stacked by phase, labelled with its speedup over Lion (32bit), with an error bar
+    over the range of the repeats' mean step times where a row has several repeats (analysis/verdicts.py SPREAD)."""
     bottom = [0.0] * len(group)
     for seg in SEGMENTS:
         values = [r[f"{seg}_ms"] for r in group]
         ax.bar([r["label"] for r in group], values, bottom=bottom, color=COLORS[seg], label=seg)
         bottom = [b + v for b, v in zip(bottom, values)]
-    err = [r.get("total_seed_sd_ms") or r.get("total_sd_ms") or 0.0 for r in group]
-    ax.errorbar(range(len(group)), bottom, yerr=err, fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
-    record(ax.figure, {"label": title, "axes": title, "x": [r["label"] for r in group], "mean": bottom, "sd": err,
-                       "n": [r.get("repeats", 1) for r in group], "band": "±1 sd (repeats' means, else steps)"})
+    low = [top if r.get("total_seed_min_ms") is None else r["total_seed_min_ms"] for r, top in zip(group, bottom)]
+    high = [top if r.get("total_seed_max_ms") is None else r["total_seed_max_ms"] for r, top in zip(group, bottom)]
+    if any(r.get("repeats", 1) > 1 for r in group):
+        ax.errorbar(range(len(group)), bottom, yerr=[[max(0.0, t - lo) for t, lo in zip(bottom, low)],
+                                                     [max(0.0, hi - t) for t, hi in zip(bottom, high)]],
+                    fmt="none", ecolor="black", elinewidth=0.8, capsize=3)
+    record(ax.figure, {"label": title, "axes": title, "x": [r["label"] for r in group], "mean": bottom, "low": low,
+                       "high": high, "n": [r.get("repeats", 1) for r in group], "band": BAND})
     for x, (r, top) in enumerate(zip(group, bottom)):
         if r.get("speedup_vs_lion32"):
             ax.text(x, top, f"{r['speedup_vs_lion32']}x", ha="center", va="bottom", fontsize=8)
     repeats = max(r.get("repeats", 1) for r in group)
-    ax.set_title(title + (f" ({repeats} repeats; bars: ±1 sd of their means)" if repeats > 1 else
-                          " (bars: ±1 sd of the steps)"), fontsize=9)
+    ax.set_title(title + (f" ({repeats} repeats)" if repeats > 1 else ""), fontsize=9)
     ax.set_ylabel("ms per step")
     ax.tick_params(axis="x", labelrotation=30, labelsize=7)
 
@@ -246,25 +252,26 @@ def checks(rows: list[dict]) -> list[Check]:
         by = {r["kind"]: r for r in group}
         chain = [k for k in PRECISION_CHAIN if k in by]
         claim = f"{where}: communication time falls with the precision ({' > '.join(chain)})"
-        result.append(timing_checks.check(claim, [_ratio(by, a, b, COMM, "above", "comm")
-                                                  for a, b in zip(chain, chain[1:])],
+        result.append(timing_checks.check("comm_falls_with_precision", claim,
+                                          [_ratio(by, a, b, COMM, "above", "comm") for a, b in zip(chain, chain[1:])],
                                           "" if len(chain) > 1 else "needs two of " + ", ".join(PRECISION_CHAIN)))
         cubs = [k for k in ("cub8", "cub4") if k in by and "lion32" in by]
-        result.append(timing_checks.check(f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
+        result.append(timing_checks.check("cub_speeds_up_step",
+                                          f"{where}: Lion Cub 8/4-bit speed the whole step up over Lion (32bit)",
                                           [_ratio(by, "lion32", k, TOTAL, "above", "step") for k in cubs],
                                           "" if cubs else "no lion32 baseline", paper="up to 5.1x (Ethernet)"))
         for kind in [k for k in by if "+overlap" in k]:
             sync = kind.split("+")[0]
             if sync in by:
                 result.append(timing_checks.check(
-                    f"{where}: {kind} hides communication: a shorter step than synchronous {sync}",
-                    [_ratio(by, sync, kind, TOTAL, "above", "step")]))
+                    "overlap_shortens_step", f"{where}: {kind} hides communication: a shorter step than synchronous "
+                    f"{sync}", [_ratio(by, sync, kind, TOTAL, "above", "step")]))
         result += node_checks(net, where, by)
         if "cub1" in by and "cub4" in by:
             result.append(timing_checks.check(
-                f"{where}: the 1-bit allreduce communicates longer than 4-bit (pack/unpack overhead, as the paper "
-                "found at 2 nodes)", [_ratio(by, "cub1", "cub4", COMM, "above", "comm")],
-                paper="1-bit longer at 2 nodes"))
+                "cub1_comm_longer_than_cub4", f"{where}: the 1-bit allreduce communicates longer than 4-bit "
+                "(pack/unpack overhead, as the paper found at 2 nodes)",
+                [_ratio(by, "cub1", "cub4", COMM, "above", "comm")], paper="1-bit longer at 2 nodes"))
     return result
 
 
@@ -273,12 +280,12 @@ def node_checks(net: str, where: str, by: dict) -> list[Check]:
     of NODE_TARGETS on the networks they are claimed on."""
     if "cub4_node" not in by:
         return []
-    result = [timing_checks.check(f"{where}: cub4_node's step is shorter than {other}'s",
+    result = [timing_checks.check("node_step_shorter", f"{where}: cub4_node's step is shorter than {other}'s",
                                   [_ratio(by, other, "cub4_node", TOTAL, "above", "step")])
               for other in ("cub4", "lion32_hsdp") if other in by]
-    for a, b, side, null, word, claim in NODE_TARGETS:
+    for id_, a, b, side, null, word, claim in NODE_TARGETS:
         if word in net.lower() and a in by and b in by:
-            result.append(timing_checks.check(f"{where}: cub4_node {claim}", [timing_checks.ratio(
+            result.append(timing_checks.check(id_, f"{where}: cub4_node {claim}", [timing_checks.ratio(
                 f"{a} / {b} step", by[a]["samples"], by[b]["samples"], side, TOTAL, null=null)]))
     return result
 

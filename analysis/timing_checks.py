@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.figure_cli import Check
+from analysis.verdicts import Check
 from analysis.verdicts import Samples, bootstrap, decide, steps_to_resolve
 
 MIN_SAMPLES = 3  # timed samples per side below which a comparison decides nothing
@@ -76,13 +76,13 @@ def share(name: str, a: Samples, part: int, whole: int, threshold: float, side: 
     return Ratio(name, value, low, high, side, holds, (n, n), (len(a), len(a)), null=threshold)
 
 
-def check(claim: str, ratios: list[Ratio], context: str = "", paper: str = "") -> Check:
-    """All of `ratios` must hold (see the module docstring)."""
+def check(id: str, claim: str, ratios: list[Ratio], context: str = "", paper: str = "") -> Check:
+    """All of `ratios` must hold (see the module docstring); `id` names the finding (analysis/verdicts.py)."""
     if not ratios:
-        return Check(claim, context or "nothing to compare", None)
+        return Check(id, claim, context or "nothing to compare", None)
     measured = "; ".join(r.text() for r in ratios) + (f" ({context})" if context else "")
     if any(r.too_few for r in ratios):
-        return Check(claim, measured, None, value=min(ratios, key=lambda r: min(r.steps)).value, paper=paper)
+        return Check(id, claim, measured, None, value=min(ratios, key=lambda r: min(r.steps)).value, paper=paper)
     holds = False if any(r.holds is False for r in ratios) else True if all(r.holds for r in ratios) else None
     weakest = min(ratios, key=lambda r: (r.low - r.null) if r.side == "above" else (r.null - r.high))
-    return Check(claim, measured, holds, value=weakest.value, interval=[weakest.low, weakest.high], paper=paper)
+    return Check(id, claim, measured, holds, value=weakest.value, interval=[weakest.low, weakest.high], paper=paper)

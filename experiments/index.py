@@ -3,11 +3,11 @@ caption and finding, with the checks its analysis script computed from the measu
 seeds and their verdicts. A manifest of your own (a YAML path outside experiments/, `Manifest.from_paper`) is listed
 with its caption and finding labelled as yours, never as the paper's (`text_label`).
 
-Nothing here judges a figure: the verdicts are those of each `<out>/<name>/findings.json` (FORMAT 2), written by
-the analysis script from the run data by the one rule of analysis/verdicts.py, which the index states at its top.
-A figure whose runs failed, or whose analysis could not draw it (exit status 2: its runs lack what it needs; a
-missing module), says so instead; a findings.json of an older format (no spread) is not read as a verdict: the index
-says so and how to redraw it.
+Nothing here judges a figure: the verdicts are those of each `<out>/<name>/findings.json`, written by the analysis
+script from the run data by the one rule of analysis/verdicts.py (which owns the findings model and its format), and
+the index states that rule at its top. A figure whose runs failed, or whose analysis could not draw it (exit status 2:
+its runs lack what it needs; a missing module), says so instead; a findings.json of another format is not read as a
+verdict: the index says so and how to redraw it.
 
 The index always lists every figure and table that has a manifest (`every_figure`), whichever ones this invocation
 drew: one drawn earlier is read back from its findings.json, one never drawn says "not run". Each section lists
@@ -15,21 +15,20 @@ its checks (the paper's number, each seed's measurement, the mean and spread, k 
 seeds and any that are missing, the machines its runs came from, the runs, and the wall time of its runs and of its
 drawing. The index ends with one table of every check: figure, check, the paper's number, the laptop's mean and
 spread, k of n, the verdict and, for each check not shown, its reason: `noise` (within noise, with its interval or
-the seeds' disagreement), or the manifest's measured reason (`unshown:`, class `scale` or `defect fixed`, with the
-command that measures it), or "unexplained".
+the seeds' disagreement), or the manifest's measured reason for that check's id (`unshown:`, class `scale` or
+`defect fixed`, with the command that measures it), or "unexplained". A manifest reason for a check id the figure's
+findings do not hold is a line of its section.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.verdicts import NOISE, NOT_SHOWN, RULE, SHOWN, UNDECIDED, VERDICTS
+from analysis.verdicts import (FINDINGS, FORMAT, NOISE, NOT_SHOWN, RULE, SHOWN, UNDECIDED, VERDICTS, format_of,
+                                read_findings, seed_name)
 from experiments.manifest import Manifest
 
-FINDINGS = "findings.json"  # analysis/figure_cli.py writes it
-FORMAT = 2                  # analysis/figure_cli.py FORMAT (checked here without importing matplotlib)
 VERDICT = {SHOWN: "shown", NOT_SHOWN: "**not shown**", NOISE: "*within noise*", UNDECIDED: "undecided"}
 
 
@@ -44,21 +43,17 @@ class FigureEntry:
     draw_seconds: float | None = None
 
     def findings(self) -> dict | None:
-        """The figure's findings.json (FORMAT 2), or None (not drawn, or an older format: `stale` says so)."""
-        path = self.out / FINDINGS
-        if self.returncode != 0 or not path.is_file():
-            return None
-        data = json.loads(path.read_text())
-        return data if data.get("format") == FORMAT else None
+        """The figure's findings.json (analysis/verdicts.py FORMAT), or None (not drawn, or another format: `stale`
+        says so)."""
+        return read_findings(self.out / FINDINGS) if self.returncode == 0 else None
 
     def stale(self) -> str:
-        """Why an existing findings.json is not read: written in an older format, without the spread over seeds."""
+        """Why an existing findings.json is not read: written in another format."""
         path = self.out / FINDINGS
         if self.returncode != 0 or not path.is_file() or self.findings() is not None:
             return ""
-        found = json.loads(path.read_text()).get("format", 1)
-        return (f"{path.name} is of format {found} (no verdicts over seeds), not {FORMAT}: its checks are not read as "
-                f"verdicts. Redraw it: `make figures FIGS={self.manifest.name} FIGURES_ARGS=--no-run`.")
+        return (f"{path.name} is of format {format_of(path)}, not {FORMAT}: its checks are not read as verdicts. "
+                f"Redraw it: `make figures FIGS={self.manifest.name} FIGURES_ARGS=--no-run`.")
 
 
 def from_disk(manifest: Manifest, out: Path) -> FigureEntry:
@@ -129,8 +124,20 @@ def _seeds(findings: dict | None) -> str:
         return "-"
     seeds = findings.get("seeds") or []
     missing = findings.get("missing_seeds") or {}
-    text = f"{len(seeds) - len(missing)} of {len(seeds)}" if missing else str(len(seeds))
-    return text
+    if seeds == [None]:
+        return "unseeded"
+    return f"{len(seeds) - len(missing)} of {len(seeds)}" if missing else str(len(seeds))
+
+
+def seeds_line(findings: dict) -> str:
+    """`Seeds: 1, 2, 3.`, or what a single draw of unseeded runs is (never an invented seed)."""
+    seeds = findings.get("seeds") or []
+    if len(seeds) > 1:
+        return f"Seeds: {', '.join(map(seed_name, seeds))}."
+    own = sorted({r["seed"] for r in findings.get("runs", []) if r.get("seed") is not None})
+    which = (f"seed {seeds[0]}" if seeds and seeds[0] is not None else f"unseeded (the runs' own seeds: "
+             f"{', '.join(map(str, own))})" if own else "unseeded (no run records a seed)")
+    return f"Seeds: {which} (a single run of each configuration: its verdicts have no spread)."
 
 
 def _machines(findings: dict | None) -> str:
@@ -159,10 +166,14 @@ def per_seed_text(check: dict) -> str:
     if len(per_seed) <= 1 and not check.get("missing"):
         return check.get("pooled") or next(iter(per_seed.values()), {}).get("measured", check.get("measured", ""))
     mark = {True: "shown", False: "not shown", None: "undecided"}
-    parts = [f"seed {s}: {v['measured']} ({mark[v['holds']]})" for s, v in per_seed.items()]
+    parts = [f"{_seed(s)}: {v['measured']} ({mark[v['holds']]})" for s, v in per_seed.items()]
     parts += [f"seed {s}: missing ({why})" for s, why in (check.get("missing") or {}).items()]
     head = f"pooled: {check['pooled']}; " if check.get("pooled") else ""
     return head + "; ".join(parts)
+
+
+def _seed(key: str) -> str:
+    return key if key == seed_name(None) else f"seed {key}"
 
 
 def shown_in(check: dict) -> str:
@@ -179,7 +190,7 @@ def reason(manifest: Manifest, check: dict) -> str:
     """Why a check is not shown (see the module docstring); empty for a shown one."""
     if check["verdict"] == SHOWN:
         return ""
-    found = manifest.reason(check["claim"])
+    found = manifest.reason(check["id"])
     measured = "" if found is None else f"{found['class']}: {found['reason']}" + (
         f" (`{found['command']}`)" if found.get("command") else "")
     if check["verdict"] == NOISE:
@@ -198,12 +209,18 @@ def reason(manifest: Manifest, check: dict) -> str:
 
 def checks_table(findings: dict) -> list[str]:
     """One figure's checks: the paper's finding and number, each seed's measurement, the spread, k of n, verdict."""
-    lines = ["| paper's finding | paper | measured here | mean (spread) | shown in | verdict |",
+    lines = ["| paper's finding | paper | measured here | mean (min to max, n seeds) | shown in | verdict |",
              "|---|---|---|---|---|---|"]
     for c in findings["checks"]:
         lines.append(f"| {cell(c['claim'])} | {cell(c.get('paper') or '-')} | {cell(per_seed_text(c))} | "
                      f"{cell(c.get('spread_text') or '-')} | {shown_in(c)} | {VERDICT[c['verdict']]} |")
     return lines
+
+
+def unmatched_reasons(manifest: Manifest, findings: dict) -> list[str]:
+    """The check ids of `manifest`'s unshown reasons that no check of `findings` has."""
+    ids = {c.get("id") for c in findings.get("checks", [])}
+    return [u["check"] for u in manifest.unshown if u["check"] not in ids]
 
 
 def text_label(m: Manifest, what: str) -> str:
@@ -237,10 +254,10 @@ def section(entry: FigureEntry, index_dir: Path) -> list[str]:
         lines += [f"{asked} (computed from the measured numbers; verdict by the rule at the top)", ""]
         lines += checks_table(findings)
         lines += [""] + [f"- {note}" for note in findings.get("notes", [])] + [""]
-        seeds = findings.get("seeds") or []
-        lines.append(f"Seeds: {', '.join(map(str, seeds)) or 'the config default'}" + (
-            "" if len(seeds) > 1 else " (a single run of each configuration: its verdicts have no spread)") + ".")
+        lines.append(seeds_line(findings))
         lines += [f"- seed {s}: **verdict missing**: {why}" for s, why in (findings.get("missing_seeds") or {}).items()]
+        lines += [f"- Manifest: an `unshown:` reason for check `{i}`, which this figure's findings do not hold"
+                  for i in unmatched_reasons(m, findings)]
         lines += ["", f"Machine: {_machines(findings)}.", ""]
     lines += [runs_line(entry, findings), ""]
     return lines
@@ -266,7 +283,8 @@ def runs_line(entry: FigureEntry, findings: dict | None) -> str:
             f"`python -m {m.analysis} RUN... --out {entry.out.name}/`.")
 
 
-EVERY_CHECK = ["| figure | check | paper | laptop: mean (spread) | shown in | verdict | reason where not shown |",
+EVERY_CHECK = ["| figure | check | paper | laptop: mean (min to max, n seeds) | shown in | verdict | "
+               "reason where not shown |",
                "|---|---|---|---|---|---|---|"]
 
 

@@ -23,9 +23,9 @@ laptop and tiny scales). A scale's `defaults` fill what a run leaves out (their 
 come first). `use: TEMPLATE` takes a complete run from experiments/common.yaml (one section per scale)
 so that manifests sharing a run share its folder; defaults do not apply to it, its own keys are added on top.
 A manifest may also say `spread:` (how many seeds its runs take and why: the index prints it) and `unshown:`, a
-list of `{claim, class, reason, command}`: for a check whose claim contains `claim` and that is not shown, the
-measured reason (class `scale` or `defect fixed`) and the command that measures it, for the index's table (beside
-the noise of a check within noise, what a knob of the scale model shows).
+list of `{check, class, reason, command}`: for the checks with id `check` (findings.json's `id`, analysis/verdicts.py
+`Check.id`) that are not shown, the measured reason (class `scale` or `defect fixed`) and the command that measures
+it, for the index's table (beside the noise of a check within noise, what a knob of the scale model shows).
 A manifest of your own is a YAML file anywhere else, given by its path (`make figures FIGS=path/to/mine.yaml`): its
 `caption` and `finding` are yours, and the index and the notebook label them so (`Manifest.from_paper`, decided by
 where the file lives: experiments/ holds the paper's).
@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
+
+from analysis.verdicts import ID
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -114,9 +116,9 @@ class Manifest:
     unshown: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def reason(self, claim: str) -> dict | None:
-        """The `unshown` entry whose `claim` is part of `claim`, if any."""
-        return next((u for u in self.unshown if u["claim"] in claim), None)
+    def reason(self, check_id: str) -> dict | None:
+        """The `unshown` entry of the check with id `check_id`, if any."""
+        return next((u for u in self.unshown if u["check"] == check_id), None)
 
     @property
     def minutes(self) -> float:
@@ -235,12 +237,19 @@ def _expand(entry: dict, where: str, warnings: list[str], max_seeds: int | None 
 def _unshown(data: dict, where: str) -> list[dict]:
     entries = data.get("unshown") or []
     if not isinstance(entries, list):
-        raise ManifestError(f"{where}: unshown must be a list of {{claim, class, reason, command}}")
+        raise ManifestError(f"{where}: unshown must be a list of {{check, class, reason, command}}")
     for e in entries:
-        if not isinstance(e, dict) or not {"claim", "class", "reason"} <= set(e):
-            raise ManifestError(f"{where}: every unshown entry needs claim, class and reason; got {e!r}")
+        if not isinstance(e, dict) or not {"check", "class", "reason"} <= set(e):
+            raise ManifestError(f"{where}: every unshown entry needs check (the check's id in findings.json), class "
+                                f"and reason; got {e!r}")
+        if not ID.fullmatch(str(e["check"])):
+            raise ManifestError(f"{where}: unshown check {e['check']!r} is not a check id (lowercase letters, "
+                                "digits and _, as findings.json's `id`)")
         if e["class"] not in REASON_CLASSES:
             raise ManifestError(f"{where}: unshown class {e['class']!r} is not one of {', '.join(REASON_CLASSES)}")
+    twice = sorted({e["check"] for e in entries if [u["check"] for u in entries].count(e["check"]) > 1})
+    if twice:
+        raise ManifestError(f"{where}: unshown gives check(s) {', '.join(twice)} more than one reason")
     return [{"command": "", **e} for e in entries]
 
 

@@ -22,8 +22,8 @@ import os
 import sys
 from pathlib import Path
 
-from experiments.index import (EVERY_CHECK, NOISE, NOT_SHOWN, SHOWN, UNDECIDED, check_rows, checks_table, cell,
-                               text_label)
+from analysis.verdicts import NOISE, NOT_SHOWN, SHOWN, UNDECIDED
+from experiments.index import EVERY_CHECK, cell, check_rows, checks_table, seeds_line, text_label
 from experiments.manifest import REPO, load_manifest, manifest_names
 from experiments.runner import is_finished, run_folder
 
@@ -40,7 +40,7 @@ def manifest_sources(name: str, runs_root: str | Path, scale: str = "laptop") ->
 
 def draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None = None, scale: str = "laptop"):
     """(manifest, findings or None, message): figure `name` drawn into `out/<name>` from its runs over their seeds
-    (once per session); findings is what findings.json holds (analysis/figure_cli.py `findings_payload`)."""
+    (once per session); findings is what findings.json holds (analysis/verdicts.py `Findings.payload`)."""
     key = (name, str(runs_root), str(out), tuple(map(str, sources or ())), scale)
     if key not in _drawn:
         _drawn[key] = _draw(name, runs_root, out, sources, scale)
@@ -48,7 +48,7 @@ def draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None
 
 
 def _draw(name: str, runs_root: str | Path, out: str | Path, sources: list | None, scale: str):
-    from analysis.figure_cli import MissingRuns, draw as draw_figure, findings_payload
+    from analysis.figure_cli import MissingRuns, draw as draw_figure
     from src.runlog.runs import load_runs
 
     manifest = load_manifest(name, scale)
@@ -62,7 +62,7 @@ def _draw(name: str, runs_root: str | Path, out: str | Path, sources: list | Non
     try:
         runs = getattr(module, "load", load_runs)(sources)
         drawn = draw_figure(module.make, runs, Path(out) / name, figure=manifest.figure)
-        return manifest, findings_payload(manifest.figure, drawn), ""
+        return manifest, drawn.payload(), ""
     except (MissingRuns, FileNotFoundError) as exc:
         return manifest, None, f"cannot draw {manifest.figure}: {exc}"
 
@@ -83,9 +83,8 @@ def show(name: str, runs_root: str | Path, out: str | Path, sources: list | None
         elif path.suffix == ".md":
             display(Markdown(path.read_text()))
     if findings["checks"]:
-        seeds = findings.get("seeds") or []
-        display(Markdown("\n".join(checks_table(findings)) + f"\n\nSeeds: {', '.join(map(str, seeds)) or '-'}; "
-                         f"machine: {'; '.join(findings.get('machines') or {}) or '-'}."))
+        display(Markdown("\n".join(checks_table(findings)) + f"\n\n{seeds_line(findings)} "
+                         f"Machine: {'; '.join(findings.get('machines') or {}) or '-'}."))
     return findings
 
 

@@ -20,7 +20,8 @@ Length on the paper link: Lion 32-bit's step there is about five times its compu
 trains the preset's steps unless the calibration's measured Lion 32-bit step says that the four variants would not
 fit `--budget-min` (9.25 minutes, so that `make demo` with its corpus check stays under 10; `OVERHEAD_S` per
 variant for start-up, compile and evaluation); then it trains as many steps as fit and says so. A `train.steps=`
-override is always kept.
+override is always kept. A variant's communication there is Lion 32-bit's times the ratio of their bytes per step,
+each from the variant's own optimizer (its wire plan, src.optim.wire_plan), so any variant is costed as it sends.
 `--preset demo` runs the tiny scale (GPT-2++ tiny on the demo corpus) instead.
 """
 from __future__ import annotations
@@ -44,7 +45,6 @@ VARIANTS = ("lion32", "cub8", "cub4", "cub1")
 PRESETS = {"laptop": ("data/laptop_text", prepare_laptop_text), "demo": ("data/demo_text", prepare_demo_text)}
 PAPER_LINK = "paper_ethernet"
 LINKS = ("auto", PAPER_LINK, "loopback")
-BYTES_RATIO = {"lion32": 1.0, "lion16": 0.5, "cub8": 0.25, "cub4": 0.125, "cub1": 1 / 25}  # of Lion 32-bit's bytes
 OVERHEAD_S = 40.0     # per variant: start-up, compile, evaluations (measured 25-53 s on the paper link, 2 cores)
 MIN_STEPS = 20
 FALLBACK = ("demo: on loopback, not the paper-equivalent link ({reason}); there Lion 32-bit spends a small share of "
@@ -97,12 +97,35 @@ def preset_steps(preset: str = "laptop") -> int:
     return int(OmegaConf.load(REPO / "conf" / "exp" / f"{preset}.yaml").train.steps)
 
 
-def fit_steps(record: dict, variants: list[str], budget_s: float, preset: str = "laptop") -> tuple[int, str]:
+def wire_bytes(variants: list[str], overrides: list[str], nproc: int, preset: str = "laptop") -> dict[str, int]:
+    """Bytes a rank sends per step under each of `variants` and Lion 32-bit, on the preset's model at `nproc` ranks:
+    its optimizer's wire plan (src.optim.wire_plan; 1-bit Adam's largest stage, its warm-up)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from src.models import build_model
+    from src.optim.wire_plan import planned_wire_plan
+
+    plans, model = {}, None
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        for variant in dict.fromkeys(["lion32", *variants]):
+            cfg = compose(config_name="config", overrides=[f"+exp={preset}", f"variant={variant}", *overrides])
+            if model is None:
+                params = OmegaConf.to_container(cfg.model.params, resolve=True)
+                model = build_model(cfg.model.kind, **{k: v for k, v in params.items() if v is not None})
+            plan = planned_wire_plan(model, OmegaConf.to_container(cfg.variant, resolve=True), nproc, cfg.network)
+            plans[variant] = max(plan.values())
+    return plans
+
+
+def fit_steps(record: dict, variants: list[str], wire: dict[str, int], budget_s: float,
+              preset: str = "laptop") -> tuple[int, str]:
     """Steps that fit the budget on the calibrated link, from the calibration's Lion 32-bit step: each variant's step
-    estimated as its compute plus Lion 32-bit's communication times its bytes ratio (quantization not counted)."""
+    estimated as its compute plus Lion 32-bit's communication times the ratio of their bytes per step (`wire`, by
+    variant, Lion 32-bit's included; quantization not counted)."""
     verify = next(r for r in record["runs"] if r["rate"] == record["rate"])
     communicate, compute = verify["communicate_ms"] / 1000, (verify["total_ms"] - verify["communicate_ms"]) / 1000
-    per_step = sum(compute + communicate * BYTES_RATIO.get(v, 1.0) for v in variants)
+    per_step = sum(compute + communicate * wire[v] / wire["lion32"] for v in variants)
     fits = int((budget_s - OVERHEAD_S * len(variants)) / per_step)
     if fits >= preset_steps(preset):
         return preset_steps(preset), ""
@@ -157,7 +180,9 @@ def prepare_link(args, start: float) -> tuple[str, dict, str | None]:
         return "loopback", {}, FALLBACK.format(reason=f"its calibration failed: {exc}")
     if any(o.lstrip("+").startswith("train.steps=") for o in args.overrides):
         return link, record, None
-    steps, why = fit_steps(record, args.variants, 60 * args.budget_min - (time.perf_counter() - start), args.preset)
+    wire = wire_bytes(args.variants, args.overrides, args.nproc, args.preset)
+    steps, why = fit_steps(record, args.variants, wire, 60 * args.budget_min - (time.perf_counter() - start),
+                           args.preset)
     if why:
         args.overrides = [*args.overrides, f"train.steps={steps}"]
     return link, record, why or None

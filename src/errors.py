@@ -9,7 +9,8 @@ any process group, run folder or training step exists.
 
 `record_exit` leaves the line that ends a run (and its exit status) where a launcher shows it last: in torchrun's
 error file (`TORCHELASTIC_ERROR_FILE`: plain torchrun prints it as the root cause at the end of its report) and in
-`LIONCUB_EXIT_FILE` (set by `python -m src.launch.torchrun`, which prints it after torchrun's report).
+`LIONCUB_EXIT_FILE` (set by `python -m src.launch.torchrun`, which prints it after torchrun's report). `record_run`
+adds each run folder the job opens to that file, so the launcher can say what a rank that died left behind.
 """
 from __future__ import annotations
 
@@ -29,23 +30,49 @@ def exit_line(line: str, status: int) -> str:
     return f"{line} (exit {status}" + (f": {meaning})" if meaning else ")")
 
 
+def _write_record(path: str | None, record: dict) -> None:
+    import json
+
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump(record, f)
+        except OSError:
+            pass
+
+
+def _exit_file_record() -> dict:
+    """What this job left in LIONCUB_EXIT_FILE so far ({} without one)."""
+    import json
+    import os
+
+    try:
+        with open(os.environ[EXIT_FILE_ENV]) as f:
+            record = json.load(f)
+        return record if isinstance(record, dict) else {}
+    except (KeyError, OSError, ValueError):
+        return {}
+
+
 def record_exit(line: str, status: int) -> None:
     """Leave `line` and `status` for the launcher (see the module docstring); never raises."""
-    import json
     import os
     import time
 
     text = exit_line(line, status)
-    records = {os.environ.get("TORCHELASTIC_ERROR_FILE"): {"message": {"message": text, "extraInfo": {
-                   "py_callstack": text, "timestamp": str(int(time.time()))}}},
-               os.environ.get(EXIT_FILE_ENV): {"status": status, "line": line}}
-    for path, record in records.items():
-        if path:
-            try:
-                with open(path, "w") as f:
-                    json.dump(record, f)
-            except OSError:
-                pass
+    _write_record(os.environ.get("TORCHELASTIC_ERROR_FILE"), {"message": {"message": text, "extraInfo": {
+        "py_callstack": text, "timestamp": str(int(time.time()))}}})
+    _write_record(os.environ.get(EXIT_FILE_ENV), {**_exit_file_record(), "status": status, "line": line})
+
+
+def record_run(run_dir) -> None:
+    """Add the run folder `run_dir`, just opened by rank 0, to the runs of LIONCUB_EXIT_FILE (nothing without the
+    file; never raises)."""
+    import os
+
+    record = _exit_file_record()
+    runs = [*record.get("runs", []), str(run_dir)]
+    _write_record(os.environ.get(EXIT_FILE_ENV), {**record, "runs": runs})
 
 
 def exit_with_setup_error(message: str, status: int = 2) -> None:

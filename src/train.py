@@ -17,7 +17,10 @@ prints the line and exits with the status after torchrun's report, see src.launc
 - 75: interrupted by SIGTERM, SIGINT (Ctrl-C) or SIGUSR1 (Slurm's warning signal): every rank finished its step,
   a checkpoint of it was written, and rank 0 printed `interrupted at step N; resume with: <command>`
   (src.reliability.signals; 75 is EX_TEMPFAIL, "try again later");
-- 130: Ctrl-C while not training (while starting, between the runs of a sweep): nothing to checkpoint.
+- 130: Ctrl-C while not training (while starting, between the runs of a sweep): nothing to checkpoint;
+- 1: anything else, e.g. a process group still alive after the run was written (src.distributed.lifetime: rank 0
+  prints what holds it), or a rank that died (`python -m src.launch.torchrun` then says which, and what the run
+  left).
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import signal
 import sys
 from pathlib import Path
 
-EXIT_SETUP, EXIT_STOPPED, EXIT_CTRL_C = 2, 3, 130
+EXIT_FAILED, EXIT_SETUP, EXIT_STOPPED, EXIT_CTRL_C = 1, 2, 3, 130
 
 
 def _quit_before_training(signum, frame) -> None:
@@ -49,6 +52,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from src.compat import TorchTooOld, check_torch  # noqa: E402
 from src.data.errors import DataError  # noqa: E402
+from src.distributed.lifetime import GroupOutlived  # noqa: E402
 from src.engine.run import execute, paper_size_note, preflight  # noqa: E402
 from src.errors import SetupError, exit_with_setup_error, record_exit  # noqa: E402
 from src.reliability.guard import ReplicaDivergenceError  # noqa: E402
@@ -121,6 +125,11 @@ def main(cfg: DictConfig) -> None:
         sys.exit(EXIT_STOPPED)
     except Interrupted:
         sys.exit(EXIT_INTERRUPTED)
+    except GroupOutlived as exc:  # every rank; the run's outputs are complete
+        if plan.ctx.is_main:
+            print(f"lioncub: the run is written, but {exc}", file=sys.stderr, flush=True)
+            record_exit(f"lioncub: the run is written, but {exc}", EXIT_FAILED)
+        sys.exit(EXIT_FAILED)
 
 
 def command_line(args: list[str]) -> list[str]:

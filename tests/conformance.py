@@ -2,7 +2,9 @@
 
 A case is a `Factory`: a reducer name of `src.comm.reducers.registry.REDUCERS` and options (only the defaults is a
 case too: a reducer added to the registry is tested with no test edits), or a class outside the registry (the
-deliberately broken reducers of the tests), registered under its name only while it is built. Each
+deliberately broken reducers of the tests), registered under its name only while it is built; `methods` are
+quantization methods of one's own (name, `src.quant.Method`) registered in `src.quant.METHODS` only while it is built
+(the reducer's wire format keeps the entry it read). Each
 `check_<property>(factory, dist)` runs the reducer on real gloo ranks (`dist`, tests/conftest.py) and returns
 None, raises AssertionError "<case>: <property>: <how it failed>", or raises `NotApplicable(why)` where the
 property does not apply to the reducer (the test skips, naming why). The properties:
@@ -14,17 +16,28 @@ property does not apply to the reducer (the test skips, naming why). The propert
   collective counted by a recording shim over `torch.distributed` under the algorithms of
   src/comm/cost/wire_bytes.py (see `sent_bytes`);
 - kernels: the C loops (`native`) and the Triton kernels (`triton`, Triton's interpreter on a CPU) give the torch
-  reference's directions bit for bit, where the reducer takes a `kernels` option;
+  reference's directions bit for bit, and LionCub's whole step on them (encode, block statistics, decode, update)
+  the parameters and momenta of the torch step, where the reducer takes a `kernels` option; with `triton`, the
+  step is the chunked one (Triton codecs where the method's entry has Triton code, torch where not) wherever the
+  fused step does not take the reducer, so that together with `fused` every method's Triton step is compared;
 - fused: LionCub's fused Triton step (src/optim/fused/) leaves the parameters and momenta of the chunked torch step
-  bit for bit, where the fused step takes the reducer (a packed `wire` format);
+  bit for bit, where the fused step takes the reducer (a packed `wire` format whose method has Triton code);
 - checkpoint: a reducer rebuilt from its `state_dict` (saved with torch.save, read by the checkpoint's safe loader)
   continues bitwise as the one that was not interrupted; LionCub resumed from its `state_dict` likewise;
 - overlap: LionCub with `overlap=True` (every chunk in flight into the next step) and `overlap="backward"` (chunks
   launched during backward) equals the synchronous step bitwise, where the reducer pipelines;
 - host_sync: neither `reduce` nor LionCub's step makes a host synchronisation or hands a collective a tensor that a
-  GPU run would hold on the host (the host-transfer double of tests/device_double.py);
-- options: an unknown option is refused with an error that names it (by `make_reducer` and by the class itself),
-  and so is an unknown value of every string option.
+  GPU run would hold on the host (the host-transfer double of tests/device_double.py; on a GPU, CUDA's own count);
+- devices: on a GPU, each step's direction against the CPU's torch reference for the same (coarse) inputs, within
+  the bound the reducer states (`Reducer.device_bound`; not for a reducer that says it cannot be compared, e.g.
+  stochastic rounding, whose CPU and CUDA streams differ); not applicable where the suite runs on the CPU;
+- options: an unknown option is refused with an error that names it (by `make_reducer` and by the class itself)
+  and lists the reducer's options (its keyword arguments less the caller's plumbing, registry.PLUMBING); so is an
+  unknown value of every string option and, where the reducer takes `bits`, a field width that is none (`BAD_BITS`).
+
+Device: the CPU, and 2 gloo ranks (`WORLD`); with LIONCUB_TEST_DEVICE=cuda (`make gpu-check`'s conformance section,
+src/bench/gpu_check/conformance.py) every rank works on its own GPU over NCCL, LIONCUB_TEST_WORLD ranks: the same
+properties, the Triton kernels compiled for the device instead of interpreted.
 
 Data: a flat vector of 3001 elements in 4 segments (odd sizes, a one-element layer) at magnitudes 2**-8 to 2**8,
 with exact zeros and ties, different per rank and step; reducers that take `chunk` run in chunks of 512 elements
@@ -47,10 +60,11 @@ from dist_pool import RankError
 from src.comm.cost.wire_bytes import (binomial_broadcast_bytes, binomial_gather_bytes, pairwise_all_to_all_bytes,
                                       ring_allgather_bytes, ring_allreduce_bytes)
 from src.comm.reducers.base import Reducer
-from src.comm.reducers.registry import REDUCERS, make_reducer, register
-from src.quant import METHODS
+from src.comm.reducers.registry import PLUMBING, REDUCERS, make_reducer, options_of, reducer_class, register
+from src.quant import METHODS, Method
 
-WORLD = 2
+WORLD = int(os.environ.get("LIONCUB_TEST_WORLD", "2"))  # the GPU check sets it to its GPUs (at most 2)
+DEVICE = os.environ.get("LIONCUB_TEST_DEVICE", "cpu")  # cuda: on the GPUs, one per rank (make gpu-check)
 SIZES = (517, 1, 1290, 1193)
 NUMEL = sum(SIZES)
 CHUNK = 512
@@ -60,9 +74,8 @@ TRAIN_STEPS = 4
 LEVELS = 7  # levels per side for a quantizer that takes any number
 UNKNOWN_OPTION = "no_such_option"
 UNKNOWN_VALUE = "no-such-value"
-PROPERTIES = ("identical", "wire_bytes", "kernels", "fused", "checkpoint", "overlap", "host_sync", "options")
-# options every reducer's constructor may take that are the caller's plumbing, not a configuration choice
-PLUMBING = ("group", "dtype", "world_size", "rank", "segments", "check_finite", "timer")
+PROPERTIES = ("identical", "wire_bytes", "kernels", "fused", "checkpoint", "overlap", "host_sync", "devices", "options")
+BAD_BITS = (3, "x")  # a field width no packing has, and no number: a reducer that takes `bits` refuses both by name
 
 
 class NotApplicable(Exception):
@@ -78,10 +91,16 @@ class Factory:
     name: str
     options: tuple = ()  # (option, value) pairs
     cls: type | None = None
+    module: str | None = None  # where the registered class lives: the ranks import it (a user's module, outside src/)
+    methods: tuple = ()  # (name, src.quant.Method) pairs: quantization methods of one's own
+
+    def __post_init__(self):
+        if self.module is None and self.cls is None and self.name in REDUCERS:
+            object.__setattr__(self, "module", REDUCERS[self.name].__module__)
 
     @property
     def reducer_class(self) -> type:
-        return self.cls if self.cls is not None else REDUCERS[self.name]
+        return self.cls if self.cls is not None else reducer_class(self.name, self.module)
 
     @property
     def label(self) -> str:
@@ -95,8 +114,8 @@ class Factory:
         return parameter is not None and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
 
     def __call__(self, group=None, **extra) -> Reducer:
-        with registered(self.name, self.cls):
-            return make_reducer(self.name, group, **{**dict(self.options), **extra})
+        with registered(self.name, self.cls), methods_registered(self.methods):
+            return make_reducer(self.name, group, module=self.module, **{**dict(self.options), **extra})
 
 
 @contextlib.contextmanager
@@ -110,6 +129,19 @@ def registered(name: str, cls: type | None):
         yield
     finally:
         REDUCERS.pop(name, None)
+
+
+@contextlib.contextmanager
+def methods_registered(methods: tuple):
+    """The (name, Method) pairs in src.quant.METHODS while inside (a name already registered is an error)."""
+    for name, method in methods:
+        assert name not in METHODS and isinstance(method, Method), name
+        METHODS[name] = method
+    try:
+        yield
+    finally:
+        for name, _ in methods:
+            METHODS.pop(name, None)
 
 
 def quantizer_options(name: str) -> list[dict]:
@@ -135,13 +167,14 @@ def quantizer_options(name: str) -> list[dict]:
 
 
 def refusal(factory: Factory) -> str | None:
-    """Why `factory`'s reducer cannot be built at WORLD ranks (planning only, no process group), or None."""
+    """Why `factory`'s reducer cannot be built at WORLD ranks (planning only, no process group): "<error type>:
+    <message>", or None. Only a ValueError naming the quantizer is a refusal (`coverage_problems`)."""
     if tdist.is_available() and tdist.is_initialized():
         return None  # then it is built on the ranks (a refusal there fails the test with the reducer's words)
     try:
         factory(world_size=WORLD)
-    except ValueError as exc:
-        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
+        return f"{type(exc).__name__}: {exc}"
     return None
 
 
@@ -156,6 +189,57 @@ def cases(extra: dict[str, list[dict]] | None = None) -> list[tuple[Factory, str
             factory = Factory(name, tuple(options.items()))
             out.append((factory, refusal(factory) if options else None))
     return out
+
+
+# --- what ran --------------------------------------------------------------------------------------------------
+LEDGER: dict[tuple[str, tuple, str], str] = {}  # (reducer, options, property) -> its outcome in this session
+
+
+def run_and_record(prop: str, check, factory: Factory, dist) -> None:
+    """`check(factory, dist)`, its outcome kept in LEDGER: passed, not applicable (why), failed."""
+    key = (factory.name, factory.options, prop)
+    try:
+        check(factory, dist)
+    except NotApplicable as why:
+        LEDGER[key] = f"not applicable: {why}"
+        raise
+    except BaseException as exc:
+        LEDGER[key] = f"failed: {type(exc).__name__}"
+        raise
+    LEDGER[key] = "passed"
+
+
+def _quant_cases(name: str, method: str, ledger: dict, refusals: dict, deselected: set) -> str | None:
+    """What is wrong with reducer `name`'s cases of quantizer `method` (None: one ran, was deselected, or was
+    refused by a ValueError naming the method)."""
+    if any(n == name and dict(o).get("quant") == method for n, o, _ in ledger):
+        return None
+    for (n, options), why in refusals.items():
+        if n == name and dict(options).get("quant") == method:
+            if why.startswith("ValueError: ") and (repr(method) in why or f"quant={method}" in why):
+                return None
+            return f"{name} with quant={method} failed to build without refusing it by name with ValueError: {why}"
+    label = f"{name}(quant={method}"
+    if any(label in test_id for test_id in deselected):
+        return None
+    return f"{name} takes quant but no case of quant={method} ran"
+
+
+def coverage_problems(registry: dict, methods, ledger: dict, refusals: dict, deselected: set,
+                      properties) -> list[str]:
+    """The registry against what ran (`ledger`, `refusals` from `cases`): every reducer of `registry` ran each of
+    `properties` with its defaults (or the test was deselected: `deselected` holds the deselected tests' ids,
+    "<property>-<case>"), and every method of `methods` other than a reducer's default ran for every reducer that
+    takes `quant`, or was refused by name (ValueError). One line per thing missing."""
+    problems = []
+    for name, cls in registry.items():
+        missing = [prop for prop in properties if (name, (), prop) not in ledger and f"{prop}-{name}" not in deselected]
+        if missing:
+            problems.append(f"{name} is registered but did not run {', '.join(missing)}")
+        parameter = inspect.signature(cls.__init__).parameters.get("quant")
+        for method in () if parameter is None else [m for m in methods if m != parameter.default]:
+            problems += filter(None, [_quant_cases(name, method, ledger, refusals, deselected)])
+    return problems
 
 
 # --- data ------------------------------------------------------------------------------------------------------
@@ -185,17 +269,27 @@ def build(factory: Factory, **extra) -> Reducer:
     return factory(**{**setup, **extra})
 
 
+def device() -> torch.device:
+    """This rank's device: the CPU, or its GPU when the suite runs on CUDA."""
+    return torch.device("cuda", torch.cuda.current_device()) if DEVICE == "cuda" else torch.device("cpu")
+
+
+def host(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` on the CPU, for comparing and for returning from a rank."""
+    return t.detach().to("cpu", copy=True)
+
+
 def _reduce(reducer: Reducer, rank: int, step: int) -> torch.Tensor:
-    return reducer.reduce(update(rank, step), step).clone()
+    return host(reducer.reduce(update(rank, step).to(device()), step))
 
 
 def _params() -> list[torch.nn.Parameter]:
     g = torch.Generator().manual_seed(0)
-    return [torch.nn.Parameter(torch.randn(n, generator=g)) for n in SIZES]
+    return [torch.nn.Parameter(torch.randn(n, generator=g).to(device())) for n in SIZES]
 
 
 def _set_grads(params, rank: int, step: int) -> None:
-    for p, g in zip(params, update(rank, step).split(list(SIZES))):
+    for p, g in zip(params, update(rank, step).to(device()).split(list(SIZES))):
         p.grad = g.clone()
 
 
@@ -210,18 +304,8 @@ def _backward(params, rank: int, step: int) -> None:
     """Gradients from a backward pass (for the hooks of `overlap="backward"`): d/dp sum(p * g) = g exactly."""
     for p in params:
         p.grad = None
-    loss = sum((p * g).sum() for p, g in zip(params, update(rank, step).split(list(SIZES))))
+    loss = sum((p * g).sum() for p, g in zip(params, update(rank, step).to(device()).split(list(SIZES))))
     loss.backward()
-
-
-def _resolve_speculation(optimizer) -> None:
-    """The training loop's agreement on the speculation in flight (src/engine/loop.py): no rank clips here."""
-    vote = optimizer.speculation_vote()
-    if vote is None:
-        return
-    agreed = torch.tensor([int(vote[0]), -int(vote[1])])
-    tdist.all_reduce(agreed, op=tdist.ReduceOp.MIN)
-    optimizer.resolve_speculation(bool(agreed[0]), -int(agreed[1]))
 
 
 def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int = TRAIN_STEPS,
@@ -245,7 +329,7 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
             optimizer.load_state_dict(saved["optimizer"])
         if speculates:
             _backward(params, rank, step)
-            _resolve_speculation(optimizer)
+            optimizer.backward_overlap.agree()  # the ranks' agreement on the speculation (no rank clips here)
         else:
             _set_grads(params, rank, step)
         optimizer.settle()  # the last step's directions (step() would apply them first)
@@ -254,10 +338,10 @@ def _train(factory: Factory, kernels: str = "torch", overlap=False, steps: int =
         deferred += all(torch.equal(a, p) for a, p in zip(before, params))  # the forward overlap applies later
         optimizer.zero_grad(set_to_none=True)
     optimizer.settle()
-    return {"params": [p.detach().clone() for p in params],
-            "momenta": [optimizer.state[p]["exp_avg"].clone() for p in params],
+    return {"params": [host(p) for p in params],
+            "momenta": [host(optimizer.state[p]["exp_avg"]) for p in params],
             "fused": optimizer.fused, "why": optimizer.kernel_choice.why, "deferred": deferred,
-            "speculations_held": optimizer.hits}
+            "speculations_held": optimizer.backward_overlap.hits if speculates else 0}
 
 
 def _load(path: str):
@@ -447,7 +531,7 @@ def _rank_wire_bytes(factory: Factory) -> dict:
     for step in STEPS:
         calls = []
         with recording(calls):
-            reducer.reduce(update(rank, step), step)
+            reducer.reduce(update(rank, step).to(device()), step)
         rows.append(("reduce", step, "wire_bytes", reducer.wire_bytes(NUMEL), calls))
     paths = [("LionCub.step", "torch")]
     from src.optim.fused.lion_cub import unsupported  # imports triton
@@ -498,14 +582,24 @@ def _rank_kernels(factory: Factory, backend: str) -> dict:
     rank = tdist.get_rank()
     reference, other = build(factory, kernels="torch"), build(factory, kernels=backend)
     chooser = getattr(other, "kernel_choice", lambda device, numel: choose(backend, device, numel))
-    choice = chooser(torch.device("cpu"), NUMEL)
+    choice = chooser(device(), NUMEL)
     if choice.backend != backend:
         return {"not_applicable": f"kernels={backend} runs {choice.backend} here: {choice.why}"}
     out = {"want": [_reduce(reference, rank, step) for step in STEPS],
            "got": [_reduce(other, rank, step) for step in STEPS]}
-    if backend == "native":  # LionCub's chunked step on the C loops (kernels=triton is the fused property's)
-        out["step_want"], out["step_got"] = _train(factory, "torch"), _train(factory, "native")
+    if backend == "native" or not _fused_takes(factory):  # else the fused property compares the Triton step
+        steps = 3 if backend == "triton" else TRAIN_STEPS  # the interpreter is slow: 3 steps
+        out["step_want"], out["step_got"] = _train(factory, "torch", steps=steps), _train(factory, backend, steps=steps)
+        if out["step_got"]["fused"]:
+            raise AssertionError(f"LionCub(kernels={backend}) took the fused step, which refused the reducer")
     return out
+
+
+def _fused_takes(factory: Factory) -> bool:
+    """Whether LionCub's fused step takes the reducer (src/optim/fused/lion_cub.py `unsupported`)."""
+    from src.optim.fused.lion_cub import unsupported  # imports triton
+    params = _params()
+    return unsupported(build(factory), params, [f"p{k}" for k in range(len(params))]) is None
 
 
 def check_kernels(factory: Factory, dist, backend: str = "native", world_size: int = WORLD) -> None:
@@ -520,8 +614,9 @@ def check_kernels(factory: Factory, dist, backend: str = "native", world_size: i
                 raise _fail(factory, "kernels", f"kernels={backend} against kernels=torch, rank {rank}, step {step}: "
                                                 f"{how}")
         for what in ("params", "momenta") if "step_want" in out else ():
-            _compare_tensors(factory, "kernels", f"LionCub(kernels={backend}) against LionCub(kernels=torch), rank "
-                                                 f"{rank}, {what}", out["step_want"][what], out["step_got"][what])
+            _compare_tensors(factory, "kernels", f"LionCub(kernels={backend}) (the whole step) against "
+                                                 f"LionCub(kernels=torch), rank {rank}, {what}",
+                             out["step_want"][what], out["step_got"][what])
 
 
 # --- the fused step --------------------------------------------------------------------------------------------
@@ -607,16 +702,48 @@ def check_overlap(factory: Factory, dist, world_size: int = WORLD) -> None:
 
 
 # --- host synchronisations -------------------------------------------------------------------------------------
-def _rank_host_sync(factory: Factory) -> dict:
+class _CudaSyncs:
+    """On a GPU: the synchronisations CUDA itself reports (torch.cuda.set_sync_debug_mode) while inside `watch`, as
+    the double's `sites` (NCCL refuses a host tensor by itself: no violations to keep)."""
+
+    def __init__(self):
+        self.sites, self.violations = [], []
+
+    @contextlib.contextmanager
+    def watch(self):
+        import warnings
+
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                yield
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        self.sites += [{"what": str(w.message).splitlines()[0], "where": f"{w.filename}:{w.lineno}"}
+                       for w in caught if "synchroniz" in str(w.message)]
+
+
+def _host_monitor():
+    """(monitor, its context): CUDA's own counter on a GPU, the device double (tests/device_double.py) on a CPU."""
+    if DEVICE == "cuda":
+        monitor = _CudaSyncs()
+        return monitor, monitor.watch
     from device_double import HostMonitor, watch_collectives
+    monitor = HostMonitor()
+    return monitor, lambda: watch_collectives(monitor)
+
+
+def _rank_host_sync(factory: Factory) -> dict:
     rank = tdist.get_rank()
     reducer = build(factory)
     _reduce(reducer, rank, 1)  # the first call makes the buffers and tables: not a per-step cost
-    monitor, rows = HostMonitor(), []
+    (monitor, watch), rows = _host_monitor(), []
     for step in STEPS[1:]:
-        u = update(rank, step)
+        u = update(rank, step).to(device())
         before = len(monitor.sites)
-        with watch_collectives(monitor):
+        with watch():
             reducer.reduce(u, step)
         rows.append(("reduce", step, monitor.sites[before:]))
     params = _params()
@@ -626,7 +753,7 @@ def _rank_host_sync(factory: Factory) -> dict:
     for step in STEPS[1:]:
         _set_grads(params, rank, step)  # the gradients come from outside the step (and outside the monitor)
         before = len(monitor.sites)
-        with watch_collectives(monitor):
+        with watch():
             optimizer.step()
         rows.append(("LionCub.step", step, monitor.sites[before:]))
     return {"rows": rows, "violations": monitor.violations}
@@ -644,22 +771,154 @@ def check_host_sync(factory: Factory, dist, world_size: int = WORLD) -> None:
             raise _fail(factory, "host_sync", f"rank {rank}: {out['violations'][0]}")
 
 
+# --- across devices: a GPU against the CPU ----------------------------------------------------------------------
+COARSE_BITS = 15  # 2^7 terms of < 2^15 quanta: < 2^22, so a block's sum (and 3/4 of its mean, BitDP) stays exact
+LARGEST = 50  # magnitudes clipped at 2^50: no float32 sum of squares or magnitudes over a tensor overflows
+_GLOO: list = []  # this rank's gloo group beside an NCCL default group (made once)
+
+
+def coarse(x: torch.Tensor, segments=SIZES) -> torch.Tensor:
+    """`x` with every value cut (toward zero) to a multiple of 2^-COARSE_BITS of the largest power of two of its
+    block (blocks of BLOCK values from each segment's start): any float32 sum of a block is then exact, in any order,
+    so the data-dependent scales (L1 means, BitDP's row means) are the same on every device."""
+    from src.quant.blocks import BLOCK
+
+    out = []
+    for part in x.split(list(segments)):
+        padded = torch.zeros(-(-part.numel() // BLOCK) * BLOCK)
+        padded[: part.numel()] = part
+        blocks = padded.view(-1, BLOCK)
+        _, exponent = torch.frexp(blocks.abs().amax(dim=1, keepdim=True))
+        quantum = torch.ldexp(torch.ones_like(blocks[:, :1]), exponent - COARSE_BITS).clamp(min=2.0 ** -149)
+        out.append((torch.trunc(blocks / quantum) * quantum).view(-1)[: part.numel()])
+    return torch.cat(out)
+
+
+def device_input(rank: int, step: int) -> torch.Tensor:
+    """Adversarial values (src/bench/gpu_check/codecs.py: zeros, ties, subnormals, 60 decades), finite, at most
+    2^LARGEST, coarse: rank `rank`'s update at `step` for the `devices` property."""
+    from src.bench.gpu_check.codecs import adversarial
+
+    x = adversarial(NUMEL, seed=100 * step + rank)
+    x[~torch.isfinite(x)] = 0.0
+    return coarse(x.clamp(-2.0 ** LARGEST, 2.0 ** LARGEST))
+
+
+def _log_exempt(x: torch.Tensor, reducer: Reducer) -> torch.Tensor | None:
+    """For log codes (one scale per segment: 1 / max |x|) the values whose code two devices' log2 may round to
+    neighbouring levels (src/bench/gpu_check/codecs.py); None for every other code."""
+    from src.bench.gpu_check.codecs import LOG2_ULPS, log2_near_half
+
+    if getattr(getattr(reducer, "wire", None), "method", None) != "log":
+        return None
+    scaled = [part / part.abs().max() if part.abs().max() > 0 else part * 0 for part in x.split(list(SIZES))]
+    return log2_near_half(torch.cat(scaled), LOG2_ULPS)
+
+
+def _rank_devices(factory: Factory, on: str) -> dict:
+    """The reducer on `on` (this rank's GPU, or the CPU) through the default group, against the torch reference on
+    the CPU through a gloo group; per step: both directions, the bound and what it leaves free."""
+    from src.bench.gpu_check.tolerance import Bound, beyond, largest_gap
+
+    if not _GLOO:
+        _GLOO.append(tdist.new_group(backend="gloo"))
+    here = torch.device("cuda", torch.cuda.current_device()) if on == "cuda" else torch.device("cpu")
+    why = build(factory).incomparable_across_devices()
+    if why is not None:
+        return {"not_applicable": why}
+    return {"rows": [row for backend in _backends(factory, here) for row in _device_rows(factory, here, backend)]}
+
+
+def _backends(factory: Factory, here: torch.device) -> tuple:
+    """The backends to compare on `here`: a GPU's torch and, where they run, Triton kernels; the CPU's C loops (the
+    reference is the CPU's torch); the torch code of a reducer without a `kernels` option."""
+    from src.comm.codecs.backend import triton_status
+
+    if not factory.takes("kernels"):
+        return (None,)
+    if here.type == "cpu":
+        return ("native",)
+    return ("torch", "triton") if triton_status(here) is None else ("torch",)
+
+
+def _device_rows(factory: Factory, here: torch.device, backend: str | None) -> list[tuple]:
+    """(backend, step, elements beyond the bound, the bound, why, largest gap) per step, for one backend."""
+    from src.bench.gpu_check.tolerance import Bound, beyond, largest_gap
+
+    rank, world = tdist.get_rank(), tdist.get_world_size()
+    kernels = {} if backend is None else {"kernels": backend}
+    reducer = build(factory, **kernels)
+    reference = build(factory, group=_GLOO[0], **({} if backend is None else {"kernels": "torch"}))
+    rule, value, because = reducer.device_bound()
+    bound = Bound(rule, because, ulps=int(value) if rule == "ulps" else 0, rel=0.0 if rule == "ulps" else value)
+    rows = []
+    for step in STEPS:
+        x = device_input(rank, step)
+        got, want = host(reducer.reduce(x.to(here), step)), host(reference.reduce(x.clone(), step))
+        inputs = [device_input(r, step) for r in range(world)]
+        magnitude = sum(i.abs().double() for i in inputs) if rule == "sum" else None
+        exempt = [_log_exempt(i, reducer) for i in inputs]
+        free = None if exempt[0] is None else sum(e.int() for e in exempt) > 0
+        rows.append((backend or "its own", step, beyond(want, got, bound, magnitude, free), bound.describe(),
+                     because, largest_gap(want, got)))
+    return rows
+
+
+def check_devices(factory: Factory, dist, world_size: int = WORLD, on: str | None = None) -> None:
+    """The reduction on the suite's device (`on`: cuda under make gpu-check) against the CPU's torch reference,
+    within the bound the reducer states (`Reducer.device_bound`); not applicable where the suite runs on the CPU
+    unless `on` asks for it (the tests of this check), or where the reducer says it cannot be compared."""
+    if on is None and DEVICE == "cpu":
+        raise NotApplicable("compares a GPU's directions with the CPU's: the suite runs on the CPU here (make "
+                            "gpu-check runs it on CUDA)")
+    on = on or DEVICE
+    outs = _run(dist, world_size, factory, "devices", _rank_devices, on)
+    _not_applicable(outs)
+    for rank, out in enumerate(outs):
+        for backend, step, wrong, bound, because, gap in out["rows"]:
+            if wrong:
+                raise _fail(factory, "devices", f"rank {rank}, step {step}: {wrong} of {NUMEL} elements of the "
+                                                f"{on} direction ({backend} kernels) beyond {bound} of the CPU's "
+                                                f"torch reference ({because}); {gap}")
+
+
 # --- options it does not take ----------------------------------------------------------------------------------
 def _names(message: str, *words: str) -> bool:
     return any(word in message for word in words)
 
 
-def _rank_options(factory: Factory) -> dict:
-    problems = []
+def _refused(factory: Factory, option: str, value, *words: str) -> str | None:
+    """What is wrong with how `make_reducer` answers `option=value` (None: ValueError naming one of `words`)."""
+    try:
+        factory(**{option: value})
+        return f"{option}={value!r} was accepted silently"
+    except ValueError as exc:
+        if not _names(str(exc), *words):
+            return f"the error for {option}={value!r} names none of {', '.join(words)}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
+        return f"{option}={value!r} raised {type(exc).__name__} instead of ValueError: {exc}"
+    return None
+
+
+def _listed_options(factory: Factory) -> str | None:
+    """Whether make_reducer's error for an unknown option lists exactly the reducer's options (not its plumbing)."""
     try:
         factory(**{UNKNOWN_OPTION: 1})
-        problems.append(f"make_reducer({factory.name!r}, {UNKNOWN_OPTION}=1) built a reducer")
     except ValueError as exc:
-        if not _names(str(exc), UNKNOWN_OPTION):
-            problems.append(f"make_reducer's error for {UNKNOWN_OPTION}=1 does not name it: {exc}")
-    except Exception as exc:  # noqa: BLE001 - the kind of error is the finding
-        problems.append(f"make_reducer raised {type(exc).__name__} instead of ValueError for {UNKNOWN_OPTION}=1: "
-                        f"{exc}")
+        listed = str(exc).rpartition("its options are ")[2].split(", ")
+        options = options_of(factory.reducer_class) or ["none"]
+        if listed != options:
+            return f"the error for {UNKNOWN_OPTION}=1 lists {listed} as the options instead of {options}: {exc}"
+    except Exception:  # noqa: BLE001 - reported by _refused
+        pass
+    return None
+
+
+def _rank_options(factory: Factory) -> dict:
+    problems = [_refused(factory, UNKNOWN_OPTION, 1, UNKNOWN_OPTION), _listed_options(factory)]
+    if factory.takes("bits"):
+        problems += [_refused(factory, "bits", value, "bits", repr(value)) for value in BAD_BITS]
+    problems = [p for p in problems if p]
     cls = factory.reducer_class
     try:
         cls(None, **dict(factory.options), **{UNKNOWN_OPTION: 1})
@@ -669,17 +928,9 @@ def _rank_options(factory: Factory) -> dict:
             problems.append(f"{cls.__name__}'s error for {UNKNOWN_OPTION}=1 does not name it: {exc}")
     parameters = inspect.signature(cls.__init__).parameters
     for option, parameter in parameters.items():
-        if option in PLUMBING or not isinstance(parameter.default, str):
+        if option in PLUMBING or option in ("self", "group") or not isinstance(parameter.default, str):
             continue
-        try:
-            factory(**{option: UNKNOWN_VALUE})
-            problems.append(f"{option}={UNKNOWN_VALUE!r} was accepted silently")
-        except ValueError as exc:
-            if not _names(str(exc), UNKNOWN_VALUE, option):
-                problems.append(f"the error for {option}={UNKNOWN_VALUE!r} names neither the option nor the value: "
-                                f"{exc}")
-        except Exception as exc:  # noqa: BLE001
-            problems.append(f"{option}={UNKNOWN_VALUE!r} raised {type(exc).__name__} instead of ValueError: {exc}")
+        problems += filter(None, [_refused(factory, option, UNKNOWN_VALUE, UNKNOWN_VALUE, option)])
     return {"problems": problems}
 
 
@@ -692,4 +943,4 @@ def check_options(factory: Factory, dist, world_size: int = WORLD) -> None:
 
 CHECKS = {"identical": check_identical, "wire_bytes": check_wire_bytes, "kernels": check_kernels,
           "fused": check_fused, "checkpoint": check_checkpoint, "overlap": check_overlap,
-          "host_sync": check_host_sync, "options": check_options}
+          "host_sync": check_host_sync, "devices": check_devices, "options": check_options}

@@ -1,4 +1,5 @@
-"""Shared fixtures: `dist` runs a function on a pool of real gloo ranks (see tests/dist_pool.py).
+"""Shared fixtures: `dist` runs a function on a pool of real gloo ranks (see tests/dist_pool.py); the option
+`--reducer-module MODULE` imports a user's module (its reducers and methods register) before collection.
 
 Without a CUDA device the Triton kernels (src/comm/codecs/triton_kernels.py, src/optim/fused/) run under Triton's
 interpreter on CPU tensors: TRITON_INTERPRET=1 is set here, before anything imports them, and the ranks and runs
@@ -18,6 +19,29 @@ if not torch.cuda.is_available():
 from dist_pool import DistPool  # noqa: E402
 
 _POOLS: dict[int, DistPool] = {}
+DESELECTED = pytest.StashKey[set]()  # node ids this session deselected (-k, -m), for the coverage checks
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--reducer-module", action="append", default=[], metavar="MODULE",
+                     help="import MODULE (a reducer or quantization method of your own, outside src/, on PYTHONPATH) "
+                          "before the tests are collected, as variant.reducer.module does for a run: the "
+                          "conformance suite then runs its reducers too (docs/extending.md)")
+
+
+def pytest_configure(config) -> None:
+    from src.comm.reducers.registry import import_module
+
+    for module in config.getoption("reducer_module"):
+        try:
+            import_module(module, "--reducer-module")
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_deselected(items) -> None:
+    for item in items:
+        item.config.stash.setdefault(DESELECTED, set()).add(item.nodeid)
 
 
 class _Runner:

@@ -1,4 +1,5 @@
-"""A pool of real gloo ranks for the tests: `DistPool(world_size).run(fn, *args)` runs `fn` on every rank.
+"""A pool of real gloo ranks for the tests: `DistPool(world_size).run(fn, *args)` runs `fn` on every rank (NCCL ranks,
+one per GPU, where LIONCUB_TEST_DEVICE=cuda: the conformance suite on a GPU, src/bench/gpu_check/conformance.py).
 
 Spawning processes and importing torch costs seconds, so each world size gets one pool of long-lived workers for
 the whole session. `fn` must be a module-level (picklable) function; it receives its arguments and runs inside an
@@ -30,7 +31,11 @@ def _worker(rank: int, world_size: int, init_file: str, tasks, results) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size,
+    backend = "gloo"
+    if os.environ.get("LIONCUB_TEST_DEVICE") == "cuda":  # the suite on GPUs (make gpu-check): one per rank, NCCL
+        torch.cuda.set_device(rank)
+        backend = "nccl"
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))
     while True:
         item = tasks.get()

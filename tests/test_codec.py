@@ -22,6 +22,7 @@ from src.comm.codecs import native, triton_kernels
 from src.comm.codecs import reference as codec
 from src.comm.codecs.backend import NATIVE_LOOPS
 from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, word_dtype
+from src.quant import MAX_ABS, MEAN_ABS, METHODS
 from src.quant.blocks import BLOCK, block_stats, fold_sum, segment_inverse
 from src.bench.gpu_check.codecs import adversarial, cases, differing  # the vectors the GPU check compares
 
@@ -46,7 +47,8 @@ def _inverse(x: torch.Tensor, method: str, levels: int) -> torch.Tensor:
     n = blocks.shape[0]
     lengths = torch.tensor([n // 4, n // 4, n // 4, n - 3 * (n // 4)])
     sizes = lengths.double() * BLOCK
-    per_segment = segment_inverse(block_stats(blocks, method), lengths, sizes, method, levels)
+    entry = METHODS[method]
+    per_segment = segment_inverse(block_stats(blocks, entry.statistic), lengths, sizes, entry, levels)
     return per_segment[torch.repeat_interleave(torch.arange(4), lengths)]
 
 
@@ -60,7 +62,7 @@ def test_triton_l1_encode_and_decode_equal_the_reference():
     of 16-bit field sums, on adversarial values."""
     x = adversarial(2 * BLOCK * 11, seed=0)  # 22 blocks, two segments
     inverse = _inverse(x, "l1", 7)
-    reference, kernel = both(codec.encode_levels, x, inverse, None, "l1", 7, 4,
+    reference, kernel = both(codec.encode_levels, x, inverse, None, METHODS["l1"], 7, 4,
                              out=torch.empty(x.numel() // 2, dtype=torch.uint8))
     assert torch.equal(reference, kernel)
     codes = torch.stack([reference & 15, reference >> 4]).view(-1).to(torch.int32)
@@ -80,7 +82,7 @@ def test_triton_8bit_levels_and_field_sums_equal_the_reference():
     x[3 * BLOCK: 6 * BLOCK] = torch.randn(3 * BLOCK, generator=torch.Generator().manual_seed(5))  # a plain segment
     x[[5, 2 * BLOCK, BLOCK * 13 - 1]] = float("nan")  # outside the plain segment, whose scale stays finite
     inverse = _inverse(x, "l1", 15)
-    reference, kernel = both(codec.encode_levels, x, inverse, None, "l1", 15, 8,
+    reference, kernel = both(codec.encode_levels, x, inverse, None, METHODS["l1"], 15, 8,
                              out=torch.empty(x.numel(), dtype=torch.uint8))
     assert torch.equal(reference, kernel) and int(reference[5]) == 15 and int(reference.max()) <= 30
     assert len(reference.unique()) >= 20
@@ -97,26 +99,27 @@ def test_triton_8bit_levels_and_field_sums_equal_the_reference():
 
 
 def test_block_statistics_are_the_same_bits_on_every_backend():
-    """Fast: the L1 block sums of the C loop (src/comm/codecs/native.py) and of the Triton kernel, and the Triton
-    block maxima, equal the reference's (the fixed tree of `fold_sum`; the NaN-propagating amax) bit for bit on
-    adversarial values (NaN where the reference has NaN), whole views and one row alike; the tree is torch.sum's
-    result to within float rounding."""
+    """Fast: the block sums (MEAN_ABS) of the C loop (src/comm/codecs/native.py) and of the Triton kernel, and the
+    Triton block maxima (MAX_ABS), equal the reference's (the fixed tree of `fold_sum`; the NaN-propagating amax)
+    bit for bit on adversarial values (NaN where the reference has NaN), whole views and one row alike; the tree is
+    torch.sum's result to within float rounding. A statistic without C code (MAX_ABS) is declined by the C path."""
     x = adversarial(BLOCK * 64, seed=7).view(-1, BLOCK)
-    expected = block_stats(x, "l1")
+    expected = block_stats(x, MEAN_ABS)
     finite = torch.isfinite(expected)
     assert torch.allclose(expected[finite], torch.sum(x.abs(), dim=1)[finite], rtol=1e-5, atol=0)
-    for method in ("l1", "linf", "log"):
+    for statistic in (MEAN_ABS, MAX_ABS):
         kernel = torch.full((64,), 7.0)
-        assert triton_kernels.block_stats(kernel, x, method)
-        assert differing(block_stats(x, method), kernel) == 0, method
+        assert triton_kernels.block_stats(kernel, x, statistic)
+        assert differing(block_stats(x, statistic), kernel) == 0, statistic.name
+    assert not native.block_stats(torch.empty(64), x, MAX_ABS)
     got = torch.empty(64)
-    if not native.block_l1(got, x):
+    if not native.block_stats(got, x, MEAN_ABS):
         pytest.skip("no C compiler here")
     nan = expected.isnan()
     assert torch.equal(got.isnan(), nan) and equal_bits(got[~nan], expected[~nan])
     for row in (0, 17, 63):
         one = torch.empty(1)
-        assert native.block_l1(one, x[row: row + 1])
+        assert native.block_stats(one, x[row: row + 1], MEAN_ABS)
         assert equal_bits(one, got[row: row + 1]) or (one.isnan().all() and nan[row])
 
 
@@ -175,23 +178,24 @@ def test_native_and_triton_encoders_equal_the_reference_bit_for_bit():
             if 2 * levels > (1 << bits) - 1:
                 continue
             for method in ("l1", "linf", "linf_nozero"):
+                entry = METHODS[method]
                 for blocks in (k, 3 * k):
                     n = blocks * BLOCK
                     x, inverse = _ties(n, seed=levels + blocks), _inverses(blocks, seed=bits + levels)
-                    noise = torch.rand(n, generator=g) if method != "l1" else None
+                    noise = torch.rand(n, generator=g) if entry.stochastic else None
                     if noise is not None:
                         noise[:BLOCK:3] = 0.0  # u = 0: rounds up exactly where the fraction is above 0
                     eager = torch.empty(n // k, dtype=wd)
-                    codec.encode_levels(eager, x, inverse, noise, method, levels, bits)
+                    codec.encode_levels(eager, x, inverse, noise, entry, levels, bits)
                     views = [(x, noise, torch.full((n // k,), 7, dtype=wd))]
                     if k == 1:  # the pbit reducer's [blocks, BLOCK] views
                         views.append((x.view(-1, BLOCK), None if noise is None else noise.view(-1, BLOCK),
                                       torch.full((blocks, BLOCK), 7, dtype=wd)))
                     for values, u, loop in views:
-                        assert native.encode_levels(loop, values, inverse, u, method, levels, bits)
+                        assert native.encode_levels(loop, values, inverse, u, entry, levels, bits)
                         assert torch.equal(eager, loop.view(-1)), (method, levels, bits, blocks, loop.dim())
                         loop.fill_(7)
-                        assert triton_kernels.encode_levels(loop, values, inverse, u, method, levels, bits)
+                        assert triton_kernels.encode_levels(loop, values, inverse, u, entry, levels, bits)
                         assert torch.equal(eager, loop.view(-1)), ("triton", method, levels, bits, blocks)
                     codes = torch.stack([(eager.to(torch.int32) >> (bits * j)) & ((1 << bits) - 1)
                                          for j in range(k)])
@@ -217,11 +221,11 @@ def test_explicit_l1_encode_from_pieces_equals_the_padded_chunks():
             pieces.append((vector[start: start + length], at))
         inverse = _inverses(numel // BLOCK, seed=bits)
         eager = torch.empty(numel // k, dtype=word_dtype(bits))
-        codec.encode_levels(eager, padded, inverse, None, "l1", levels, bits)
+        codec.encode_levels(eager, padded, inverse, None, METHODS["l1"], levels, bits)
         loop = torch.full_like(eager, 3)
-        assert native.encode_levels_pieces(loop, pieces, numel, inverse, None, "l1", levels, bits)
+        assert native.encode_levels_pieces(loop, pieces, numel, inverse, None, METHODS["l1"], levels, bits)
         assert torch.equal(eager, loop), bits
-    assert not native.encode_levels_pieces(loop, [(vector[:10], 5)], numel, inverse, None, "l1", 15, 16)
+    assert not native.encode_levels_pieces(loop, [(vector[:10], 5)], numel, inverse, None, METHODS["l1"], 15, 16)
 
 
 def test_explicit_encoders_decline_what_they_do_not_handle():
@@ -231,11 +235,11 @@ def test_explicit_encoders_decline_what_they_do_not_handle():
         pytest.skip("no C compiler here")
     x, inverse = torch.randn(2 * BLOCK), torch.ones(2)
     out = torch.full((BLOCK,), 9, dtype=torch.uint8)
-    assert not native.encode_levels(out, x, inverse, None, "log", 7, 4)
-    assert not native.encode_levels(out, x, inverse, None, "linf", 7, 4)
-    assert not native.encode_levels(out, x, inverse, None, "l1", 8, 4)  # 2 L = 16 > 15
-    assert not native.encode_levels(out, x.view(2, -1).t(), inverse, None, "l1", 7, 4)
-    assert not native.encode_levels(out, x.double(), inverse, None, "l1", 7, 4)
+    assert not native.encode_levels(out, x, inverse, None, METHODS["log"], 7, 4)
+    assert not native.encode_levels(out, x, inverse, None, METHODS["linf"], 7, 4)
+    assert not native.encode_levels(out, x, inverse, None, METHODS["l1"], 8, 4)  # 2 L = 16 > 15
+    assert not native.encode_levels(out, x.view(2, -1).t(), inverse, None, METHODS["l1"], 7, 4)
+    assert not native.encode_levels(out, x.double(), inverse, None, METHODS["l1"], 7, 4)
     assert not native.encode_signs(torch.empty(2 * BLOCK // 8, dtype=torch.uint8), x, 1)
     assert not native.encode_votes(torch.empty(BLOCK, dtype=torch.int32), x, True, 8)  # wrong word type
     assert not native.encode_votes(torch.empty(BLOCK // 4, dtype=torch.uint8), x[::2], True, 2)
@@ -318,8 +322,8 @@ def test_triton_levels_equal_the_reference(method, levels, bits):
     k = fields_per_word(bits)
     x = adversarial(k * BLOCK * 5, seed=levels)
     inverse = _inverse(x, method, levels)
-    noise = torch.rand(x.numel(), generator=torch.Generator().manual_seed(1)) if "linf" in method else None
-    reference, kernel = both(codec.encode_levels, x, inverse, noise, method, levels, bits,
+    noise = torch.rand(x.numel(), generator=torch.Generator().manual_seed(1)) if METHODS[method].stochastic else None
+    reference, kernel = both(codec.encode_levels, x, inverse, noise, METHODS[method], levels, bits,
                              out=torch.empty(x.numel() // k, dtype=word_dtype(bits)))
     assert torch.equal(reference, kernel)
 

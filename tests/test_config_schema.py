@@ -195,13 +195,14 @@ def test_report_of_a_missing_folder_is_a_message(tmp_path):
 
 
 def test_overrides_read_before_hydra():
-    """Only plain overrides of keys the schema knows are unknown become `++`; group options are checked by file."""
+    """Plain overrides of keys the schema knows are unknown, and of the reducer's keys (its owner checks them by name),
+    become `++`; group options are checked by file."""
     from src.engine.overrides import group_problems, with_schema_keys
 
     args = ["optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "seedd=3", "+optim.lrr=2", "hydra.run.dir=x",
             "model=gpt_tiny", "variant.reducer.bits=3", "data.block_size=8", "data.nope=1"]
     assert with_schema_keys(args) == ["++optim.lrr=1", "optim.lr=1", "-m", "seed=1,2", "++seedd=3", "+optim.lrr=2",
-                                      "hydra.run.dir=x", "model=gpt_tiny", "variant.reducer.bits=3",
+                                      "hydra.run.dir=x", "model=gpt_tiny", "++variant.reducer.bits=3",
                                       "data.block_size=8", "++data.nope=1"]
     assert group_problems(["optim=model/gpt_tiny", "+exp=demo", "variant=cub4,lion32", "hydra/launcher=x"]) == []
     (problem,) = group_problems(["variant=cub4,cub5"])

@@ -6,12 +6,12 @@ check itself cannot rot while no GPU runs it.
 - the "no CUDA" exit: the module in a subprocess on this machine exits 3 with one line and writes nothing;
 - the oldest-torch guard (src.compat), with the running version monkeypatched;
 - the wheel lists of `make gpu-wheels` against requirements.txt, and the pip commands they make (no network);
-- the device-agnostic parts on the CPU: the codec comparison (the torch backend here), the reducer comparison on
-  gloo ranks, the synchronisation budget on a recorded report, the bandwidth arithmetic, the no-op collectives,
+- the device-agnostic parts on the CPU: the codec comparison (the torch backend here), the conformance section's
+  run of the test suite's own tests (one case on gloo ranks), the synchronisation budget on a recorded report, the bandwidth arithmetic, the no-op collectives,
   the comparison of two runs, and the section runner (a real section on the CPU; its time budget);
 - the stated bounds (src/bench/gpu_check/tolerance.py) on pairs computed two real ways on the CPU (another
   summation order, a multiply by the reciprocal in place of a division, a NaN of another payload), and the exact
-  block sums of the reducers' coarse inputs;
+  block sums of the conformance suite's coarse inputs of its `devices` property;
 - the step measurements on the CPU (src/bench/gpu_check/steptime.py, launches.py: the profiler counts a gloo
   group's collectives and no launches), the phases section's measurement of a variant on a tiny GPT on a gloo rank,
   the peers, the goals and Table A.1 projected (on a hand-made results dict: test input, not a measurement), and
@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch.distributed as tdist
 
-from src.bench.gpu_check import EXIT_NOT_RUN, EXIT_USAGE, codecs, reducers, syncs, wheels
+from src.bench.gpu_check import EXIT_NOT_RUN, EXIT_USAGE, codecs, syncs, wheels
 from src.bench.gpu_check.__main__ import main
 from src.bench.gpu_check.bandwidth import floor_ms, step_bytes, unfused_bytes
 from src.bench.gpu_check.gpu import variant_config
@@ -220,16 +220,17 @@ def test_the_tolerance_rules():
 
 
 def test_coarse_inputs_make_every_block_sum_exact_in_any_order():
+    """The `devices` property's inputs (tests/conformance.py): every block sum exact in any order, so the scales
+    that depend on the data are the same on every device."""
+    from conformance import LARGEST, SIZES, device_input
     from src.quant.blocks import BLOCK
 
-    numel = 40 * BLOCK + 77
-    x = reducers.reducer_input(numel, rank=1)
-    assert x.isfinite().all() and x.abs().max() <= 2.0 ** reducers.LARGEST and (x != 0).sum() > numel // 4
-    start = 0
-    for size in reducers.segments_of(numel):
-        padded = torch.zeros(-(-size // BLOCK) * BLOCK)
-        padded[:size] = x[start: start + size].abs()
-        blocks, start = padded.view(-1, BLOCK), start + size
+    x = device_input(rank=1, step=2)
+    assert x.isfinite().all() and x.abs().max() <= 2.0 ** LARGEST and (x != 0).sum() > x.numel() // 4
+    for part in x.split(list(SIZES)):
+        padded = torch.zeros(-(-part.numel() // BLOCK) * BLOCK)
+        padded[: part.numel()] = part.abs()
+        blocks = padded.view(-1, BLOCK)
         exact = blocks.double().sum(dim=1)
         running = torch.zeros(blocks.shape[0])
         for j in torch.randperm(BLOCK).tolist():  # one element at a time, in a random order
@@ -238,36 +239,45 @@ def test_coarse_inputs_make_every_block_sum_exact_in_any_order():
             assert torch.equal(got.double(), exact)
 
 
-def _reducers_on_gloo():
-    return reducers.compare_reducers("cpu", tdist.new_group(backend="gloo"), backends=("torch", "triton"),
-                                     numels=(1003,))
+def test_the_conformance_section_runs_the_suites_own_tests(tmp_path):
+    """The section's path on the CPU (2 gloo ranks, the cheapest property of one reducer: the section leaves
+    `options` out on a GPU): pytest over tests/test_conformance.py with this module as its plugin, the outcomes
+    recorded as they come, each one check; the coverage test last."""
+    from src.bench.gpu_check import conformance
+    from src.bench.gpu_check.results import SectionResult
+
+    record, log = tmp_path / "record.jsonl", tmp_path / "log.txt"
+    status = conformance.run_suite(record, log, "cpu", 2, 600, select="options and ternary or every_registered")
+    found = conformance.outcomes(record)
+    assert status == 0 and [r["test"] for r in found] == ["test_conformance[options-ternary(vote=average)]",
+                                                          "test_conformance[options-ternary]",
+                                                          "test_every_registered_reducer_and_quantizer_is_a_case"], found
+    result = SectionResult("conformance")
+    conformance.record_checks(result, found + [{"test": "test_conformance[fused-x]", "outcome": "failed",
+                                                "detail": "E   AssertionError: x: fused: 3 of 9 differ"}], 0, 2)
+    checks = {c["name"]: c for c in result.data["checks"]}
+    assert checks["test_conformance[options-ternary]"]["ok"] and not checks["test_conformance[fused-x]"]["ok"]
+    assert result.data["status"] == "failed" and "4 tests recorded, 3 ran their property" in result.data["notes"][0]
+    assert conformance.command()[conformance.command().index("-k") + 1] == "not options"
 
 
-def test_reducer_comparison_on_gloo_ranks(dist):
-    """Every make_reducer name of the section's list reduces on 2 gloo ranks through both groups, step 1 and 2, with
-    the torch kernels and the Triton ones (Triton's interpreter), within its bound (the fp32 and bf16 sums across
-    ranks within the bound on the ranks' magnitudes)."""
-    for checks in dist(2, _reducers_on_gloo):
-        assert {name.split(" ")[0] for name, _, _ in checks} == set(reducers.REDUCERS)
-        assert len(checks) == 2 * 2 * len(reducers.CASES)
-        assert all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
-        assert any("of the summed magnitudes" in detail for name, _, detail in checks if name.startswith("fp32"))
-    assert reducers.bound_for("compressed_allreduce").rule == "relative" and reducers.bound_for("pbit").ulps == 2
+RECORDED_VOTE = "src/reliability/nonfinite.py"  # where the recorded report's tree read the step's agreement
 
 
 def test_sync_budget_on_a_recorded_report():
     report = json.loads((DATA / "gpu_check_sync_report.json").read_text())
     plain = syncs.plain_syncs(report)
     assert {step: len(s) for step, s in plain.items()} == {1: 2, 2: 1, 3: 1, 4: 2, 5: 1}  # contexts left out
-    every_step = syncs.within_budget(report, warmup=0, faults=())
+    every_step = syncs.within_budget(report, warmup=0, faults=(), vote=RECORDED_VOTE)
     assert every_step == [
         "step 1: 2 synchronisations: src/comm/pbit.py:90 _plan; src/reliability/nonfinite.py:60 vote",  # as recorded
         "step 4: 2 synchronisations: src/reliability/nonfinite.py:60 vote; src/optim/lion_cub.py:200 step",
         "step 5: its synchronisation is not the non-finite vote's: src/optim/lion_cub.py:200 step"]
-    assert syncs.within_budget(report, warmup=1, faults=()) == every_step[1:]
-    assert syncs.within_budget(report, warmup=1, faults=(4,)) == every_step[2:]
-    assert syncs.within_budget(report) == []  # the training section's warm-up (2) and NaN steps (4, 5, 6)
-    assert syncs.within_budget(report, budget=2, warmup=1, faults=()) == [every_step[2]]
+    assert syncs.within_budget(report, warmup=1, faults=(), vote=RECORDED_VOTE) == every_step[1:]
+    assert syncs.within_budget(report, warmup=1, faults=(4,), vote=RECORDED_VOTE) == every_step[2:]
+    # the training section's warm-up (2) and NaN steps (4, 5, 6)
+    assert syncs.within_budget(report, vote=RECORDED_VOTE) == []
+    assert syncs.within_budget(report, budget=2, warmup=1, faults=(), vote=RECORDED_VOTE) == [every_step[2]]
     assert [s for s in range(1, STEPS + 1) if syncs.steady(s)] == [3, 7, 8, 9]
     table = syncs.sites_table(report)
     assert table[0] == ["plain", "src/reliability/nonfinite.py:60 vote", 4, "1,2,3,4",

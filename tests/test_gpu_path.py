@@ -89,7 +89,7 @@ def check(reports: list[dict], variant: str) -> None:
         for violation in report["violations"]:
             failures.append(f"rank {rank}: {violation}")
         for step, sites in sorted(plain_syncs(report).items()):
-            assert any("src/reliability/nonfinite.py" in s for s in sites), (step, sites)  # the vote's one read
+            assert any("src/comm/agreement.py" in s for s in sites), (step, sites)  # the agreement's one read
             if len(sites) > BUDGET:
                 failures.append(f"rank {rank} step {step}: {len(sites)} synchronisations: " + "; ".join(sites))
     if failures:

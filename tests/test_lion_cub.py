@@ -212,3 +212,29 @@ def test_lioncub_input_errors():
         LionCub(make_params(), lr=1e-3, reducer={"name": "nope", "world_size": 2})
     with pytest.raises(ValueError, match="empty parameter list"):
         LionCub([], lr=1e-3, reducer={"name": "pbit", "world_size": 2})
+
+
+def _phases(kernels: str, reducer: dict) -> dict:
+    import warnings
+    optimizer = LionCub(make_params(), lr=1e-2, reducer=reducer, kernels=kernels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the torch path of a method without C code is said once (tested elsewhere)
+        return {"backend": optimizer.kernels, **optimizer.kernels_record()["phases"]}
+
+
+def test_the_kernels_record_says_which_code_ran_each_phase(dist):
+    """summary.json's `kernels.phases`: with kernels=native, l1 runs its encode and block statistics in the C loops;
+    log has no C code, so its encode and block statistics run torch while the decode runs native; the update is
+    torch's foreach ops; a full-precision reducer's cast and sign are torch code on every backend."""
+    from src.comm.codecs import native
+    if native.library() is None:
+        pytest.skip("no C compiler here: kernels=native runs torch")
+    pbit = {"name": "pbit", "levels": 7, "bits": 8}
+    l1 = dist(1, _phases, "native", {**pbit, "quant": "l1"})[0]
+    log = dist(1, _phases, "native", {**pbit, "quant": "log"})[0]
+    fp32 = dist(1, _phases, "native", {"name": "fp32"})[0]
+    assert l1 == {"backend": "native", "encode": "native", "statistics": "native", "decode": "native",
+                  "update": "torch"}
+    assert log == {"backend": "native", "encode": "torch", "statistics": "torch", "decode": "native",
+                   "update": "torch"}
+    assert fp32 == {"backend": "native", "encode": "torch", "decode": "torch", "update": "torch"}

@@ -52,7 +52,7 @@ def test_make_figures_on_a_subset(demo_tokens, tmp_path):
     assert "> **Your manifest's caption (not the paper's).** The naive implementation diverges." in index
     assert "> **Your manifest's finding (not the paper's).** Alternating signs stabilize training." in index
     assert "> **Paper's" not in index.split("## Fig. 3: 1-bit allreduces (tiny test)")[1].split("\n## ")[0]
-    assert "| paper's finding | paper | measured here | mean (spread) | shown in | verdict |" in index
+    assert "| paper's finding | paper | measured here | mean (min to max, n seeds) | shown in | verdict |" in index
     findings = json.loads((out / "tiny_fig3" / "findings.json").read_text())
     assert {r["label"] for r in findings["runs"]} == {"naive", "alternating"}
     assert (out / "tiny_fig3" / "fig3.pdf").is_file()

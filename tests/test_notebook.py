@@ -55,7 +55,7 @@ def test_notebook_executes(tmp_path):
     figures, _, every = table.partition("\n\n")
     assert nb.cells[3].source.startswith("verdicts(") and figures.count("\n| ") == len(manifest_names())
     assert re.search(r"\| Table 2 \| [^|]+ \| \d+ shown, \d+ within noise, \d+ not shown", figures)
-    assert "| Fig. 12 | " in figures and "| laptop: mean (spread) | shown in |" in every
+    assert "| Fig. 12 | " in figures and "| laptop: mean (min to max, n seeds) | shown in |" in every
     assert "| Table 2 | With 4 workers over 30% of the elements have a tied majority vote | 37.2% tied |" in every
     for name in ("table2", "fig4", "fig5", "fig7", "fig8", "figC2"):
         assert (out / name / f"{name}.png").stat().st_size > 10_000, name

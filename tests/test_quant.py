@@ -150,22 +150,33 @@ def test_empty_input():
     assert quantize(torch.zeros(0), "l1", 3).numel() == 0
 
 
-def test_every_scaled_method_has_a_block_rule_and_an_unknown_one_is_refused(monkeypatch):
-    """Each dispatch of src/quant/blocks.py names every scaled method of src.quant.METHODS; a method registered in
-    METHODS with the per-segment rule but without its block rules is refused by name, never quantized with another
-    method's rule."""
-    from src.quant import blocks, quantizers
-    assert set(blocks.SCALED) == set(quantizers.METHODS) - {"sign"}
-    x = torch.randn(300)
-    for method in blocks.SCALED:
+def test_every_scaled_method_quantizes_with_its_own_entry(monkeypatch):
+    """A method's per-layer scale rule is its METHODS entry (statistic, scale, code) and nothing else: every scaled
+    method registered quantizes with it, including one registered here from user code without src.comm imported
+    (the entry is the only table, so what this test sees cannot depend on which modules other tests imported)."""
+    from src.quant import MAX_ABS, Method, quantizers
+    x = torch.randn(300, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setitem(quantizers.METHODS, "halfmax", Method(statistic=MAX_ABS, scale=lambda levels: levels / 2.0,
+                                                              code=lambda x, y, levels, noise: y.round_().clamp_(
+                                                                  -levels, levels)))
+    for method, entry in quantizers.METHODS.items():
+        if not entry.scaled:
+            continue
         codes = quantizers.quantize(x, method, levels=3, generator=torch.Generator().manual_seed(0),
                                     segments=[100, 200])
         assert codes.abs().max() <= 3 and codes.ne(0).any(), method
-    monkeypatch.setitem(quantizers.METHODS, "ternary", quantizers.Method(quantizers.per_segment("ternary")))
-    with pytest.raises(ValueError, match="no per-segment scale rule for method 'ternary'"):
-        quantizers.quantize(x, "ternary", levels=1)
-    stats = torch.ones(3)
-    with pytest.raises(ValueError, match="'ternary'"):
-        blocks.segment_inverse(stats, torch.tensor([3]), torch.tensor([300.0]), "ternary", 1)
-    with pytest.raises(ValueError, match="'ternary'"):
-        blocks.quantize_blocks(torch.ones(2, blocks.BLOCK), torch.ones(2), "ternary", 1)
+    parts = x.split([100, 200])
+    want = torch.cat([(p * (1.5 / p.abs().max())).round().clamp(-3, 3) for p in parts]).to(torch.int8)
+    assert torch.equal(quantizers.quantize(x, "halfmax", 3, segments=[100, 200]), want)  # its statistic: the max
+
+
+@pytest.mark.parametrize("parts,missing", [({"code": lambda x, y, levels, noise: y}, "statistic, scale"),
+                                           ({"statistic": "sum"}, "scale, code")])
+def test_a_method_without_its_whole_scale_rule_is_refused_when_built(parts, missing):
+    """A scaled method gives its statistic, scale and code together; a part missing is refused at registration,
+    naming it (never a silent fallback to another method's rule)."""
+    from src.quant import Method
+    with pytest.raises(ValueError, match=f"missing {missing}"):
+        Method(**parts)
+    with pytest.raises(ValueError, match="not both"):
+        Method(lambda x, levels, generator, segments: x, code=lambda x, y, levels, noise: y)

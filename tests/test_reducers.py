@@ -231,3 +231,32 @@ def test_sixteen_bit_fields_sum_exactly_where_eight_bits_overflow(world_size, le
     direction, total = _emulated_sum(options, world_size, 1003, 2)
     assert (total + world_size * levels).max() > 255  # the shifted sums would have overflowed 8-bit fields
     assert torch.equal(direction, total.double().div(world_size * levels).float())
+
+
+# --- the worked example's threshold (src/comm/reducers/ternary.py) ---------------------------------------------------
+def _ternary_layers() -> tuple[torch.Tensor, list[int]]:
+    """Two layers of 256 values whose mean |c| is 1 and 1000: per layer, |c| at 0.4, 0.75 and 0.97 of the mean
+    (under the mean: code 0; 0.75 is above half the mean), at 1.03 and 1.85 of the mean (code +-1), signs mixed."""
+    magnitude = torch.tensor([0.4] * 64 + [0.75] * 64 + [0.97] * 32 + [1.03] * 32 + [1.85] * 64)
+    sign = torch.where(torch.arange(256) % 2 == 0, 1.0, -1.0)
+    layer = (magnitude * sign)[torch.randperm(256, generator=torch.Generator().manual_seed(0))]
+    return torch.cat([layer, layer * 1000.0]), [256, 256]
+
+
+def _run_ternary(kernels: str) -> torch.Tensor:
+    c, segments = _ternary_layers()
+    reducer = make_reducer("ternary", vote="average", kernels=kernels, segments=segments, chunk=256)
+    return reducer.reduce(c, 1)  # every rank sends the same c: the average of the codes is the code
+
+
+@pytest.mark.parametrize("kernels", ["torch", pytest.param("native", marks=pytest.mark.slow)])  # conformance: equal
+def test_ternary_zeroes_what_is_under_its_layers_mean(dist, kernels):
+    """The worked example's codes are Section 4.2's L1 quantizer with one level per side, round(c / (2 mean|c|)):
+    0 where |c| is under its layer's mean |c| (as its docstring, YAML and docs/extending.md say), +-1 above; half the
+    mean is not the threshold (|c| at 0.75 of the mean gives 0)."""
+    c, segments = _ternary_layers()
+    means = torch.cat([part.abs().mean().expand(n) for part, n in zip(c.split(segments), segments)])
+    want = torch.where(c.abs() > means, torch.sign(c), torch.zeros_like(c))
+    for direction in dist(2, _run_ternary, kernels):
+        assert torch.equal(direction, want)
+    assert int((want == 0).sum()) == 2 * 160 and bool((direction[(c.abs() / means - 0.75).abs() < 1e-6] == 0).all())

@@ -4,7 +4,8 @@ synchronous step bitwise.
 On 2 and 3 real gloo ranks a small GPT-2++ trains with per-rank data, a learning rate that changes every step and
 weight decay, under Lion Cub 4-bit, 8-bit L1 (per-layer scales: a chunk waits for the chunks its layers span) and
 1-bit (two collectives per chunk), with chunks small enough that the model spans many of them. Each step goes
-through the loop's own clip flag (`speculation_flag`) and vote (`vote`, the non-finite MIN allreduce):
+through the loop's own clip (`clip_gradients`: the coefficient torch applied) and the step's agreement as the loop
+reaches it (`BackwardOverlap.propose`, then the non-finite `vote`: one collective, fields read by name):
 - a constructed gradient scale makes clipping trigger on chosen steps and ranks (`clip: some`), or never (`never`);
 - a NaN on one rank at one step makes every rank skip that step (the speculation is dropped);
 - for `overlap: backward` and `both`, the losses, final parameters and every momentum are bitwise those of the
@@ -27,11 +28,13 @@ import torch.distributed as tdist
 from test_overlap import CHUNK, REDUCERS, _batch, _model  # the same small GPT, batches and reducers
 from test_train_reliability import VARIANTS, assert_same_run, interrupt_and_resume, reference, rows
 
-from src.engine.loop import speculation_flag
+from src.comm.agreement import Agreement
+from src.engine.loop import clip_gradients
 from src.optim.factory import build_optimizer, validate_variant
 from src.optim.lion_cub import LionCub
-from src.optim.overlap import label_suffix, overlap_mode
+from src.utils.run_label import label_suffix, overlap_mode
 from src.optim.speculation import BACKWARD_OVERLAPPED, MAX_WAIT, Backoff
+from src.reliability import nonfinite
 from src.reliability.nonfinite import vote
 
 CLIP = 50.0
@@ -70,6 +73,46 @@ def _count_exchanges(optimizer: LionCub) -> list[int]:
     return counter
 
 
+def _agreement(opt: LionCub, group) -> Agreement:
+    """The step's agreement as the loop builds it (src/engine/run.py): `nonfinite` and the overlap's fields."""
+    agreement = Agreement(group)
+    nonfinite.register(agreement)
+    if opt.backward_overlap is not None:
+        opt.backward_overlap.register(agreement)
+    return agreement
+
+
+def _agree(opt: LionCub, agreement: Agreement, loss, norm, coefficient):
+    """The loop's agreement on the step (src/engine/loop.py train_step): the verdict, the speculation resolved."""
+    overlap = opt.backward_overlap
+    if overlap is not None:
+        overlap.propose(agreement, coefficient)
+    verdict = vote(agreement, loss, norm)
+    if overlap is not None:
+        overlap.resolve(verdict.agreed)
+    return verdict
+
+
+def _hit(opt: LionCub):
+    return None if opt.backward_overlap is None else opt.backward_overlap.hit
+
+
+def _launched_so_far(opt: LionCub) -> int:
+    """The chunks this step's speculation has launched so far (0: none in flight)."""
+    speculation = None if opt.backward_overlap is None else opt.backward_overlap.speculation
+    return 0 if speculation is None else speculation.launched
+
+
+def _resumed(model, opt: LionCub, name: str, overlap, kernels: str):
+    """A new model and optimizer from the state dicts of these (a checkpoint and resume)."""
+    saved_model, saved_opt = model.state_dict(), opt.state_dict()
+    model = _model(tie=True)
+    model.load_state_dict(saved_model)
+    opt = _build(model, name, overlap, kernels)
+    opt.load_state_dict(saved_opt)
+    return model, opt
+
+
 def _train(name: str, overlap, clip: str, resume_at: int | None, kernels: str) -> dict:
     """Per-step losses, exchanges and hits, the final parameters and momenta (settled), and whether a chunk was
     launched before backward ended."""
@@ -77,17 +120,14 @@ def _train(name: str, overlap, clip: str, resume_at: int | None, kernels: str) -
     model = _model(tie=True)
     opt = _build(model, name, overlap, kernels)
     counter = _count_exchanges(opt)
-    vote_group = tdist.new_group()  # as the loop's (src/reliability/hooks.py separate_vote)
+    vote_group = tdist.new_group()  # as the loop's (src/comm/agreement.py own_group)
+    agreement = _agreement(opt, vote_group)
     out = {"losses": [], "exchanges": [], "hits": [], "launched": [], "launched_in_backward": False,
            "timed_in_backward": False}
     for step in range(1, STEPS + 1):
         if resume_at is not None and step == resume_at:
-            saved_model, saved_opt = model.state_dict(), opt.state_dict()
-            model = _model(tie=True)
-            model.load_state_dict(saved_model)
-            opt = _build(model, name, overlap, kernels)
-            opt.load_state_dict(saved_opt)
-            counter = _count_exchanges(opt)
+            model, opt = _resumed(model, opt, name, overlap, kernels)
+            counter, agreement = _count_exchanges(opt), _agreement(opt, vote_group)
         for group in opt.param_groups:
             group["lr"] = 3e-2 / step
         idx, targets = _batch(rank, step)
@@ -99,19 +139,16 @@ def _train(name: str, overlap, clip: str, resume_at: int | None, kernels: str) -
             loss = loss * math.nan
         last = model.transformer.h[0].ln_1.weight  # among the last gradients backward produces
         probe = last.register_post_accumulate_grad_hook(lambda p: out.__setitem__(
-            "launched_in_backward", out["launched_in_backward"]
-            or (opt._speculation is not None and opt._speculation.launched > 0)))
+            "launched_in_backward", out["launched_in_backward"] or _launched_so_far(opt) > 0))
         before = counter[0]
         loss.backward()
         probe.remove()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        held, launched = speculation_flag(opt, norm, CLIP, loss.device)
-        verdict = vote(loss, norm, group=vote_group, held=held, launched=launched)
-        opt.resolve_speculation(verdict.held, verdict.launched)
-        out["launched"].append(verdict.launched)
+        norm, coefficient = clip_gradients(model, CLIP)
+        verdict = _agree(opt, agreement, loss, norm, coefficient)
+        out["launched"].append(verdict.agreed["launched"] if "launched" in verdict.agreed else 0)
         if verdict:
             opt.step()
-            out["hits"].append(opt.overlap_hit)
+            out["hits"].append(_hit(opt))
         else:
             out["hits"].append("skipped")
         opt.zero_grad(set_to_none=True)
@@ -190,17 +227,16 @@ def _two_backward_passes(overlap) -> dict:
     model = _model(tie=True)
     opt = _build(model, "cub4", overlap, "torch")
     vote_group, hits = tdist.new_group(), []
+    agreement = _agreement(opt, vote_group)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for step in range(1, 3):
             for micro in range(2):
                 idx, targets = _batch(tdist.get_rank(), 10 * step + micro)
                 model(idx, targets)[1].backward()
-            held, launched = speculation_flag(opt, None, None, torch.device("cpu"))
-            verdict = vote(torch.zeros(()), None, group=vote_group, held=held, launched=launched)
-            opt.resolve_speculation(verdict.held, verdict.launched)
+            _agree(opt, agreement, torch.zeros(()), None, None)
             opt.step()
-            hits.append(opt.overlap_hit)
+            hits.append(_hit(opt))
             opt.zero_grad()
     opt.settle()
     return {"params": [p.detach().clone() for p in model.parameters()], "hits": hits,
@@ -286,3 +322,23 @@ def test_backoff_waits_longer_after_each_miss_and_resets_on_a_hit():
     for step in range(13, 13 + 20):
         backoff.record(step, False)
     assert backoff.wait == MAX_WAIT
+
+
+def _subclasses(cls) -> set:
+    return {cls} | {c for sub in cls.__subclasses__() for c in _subclasses(sub)}
+
+
+def test_no_optimizer_carries_speculation_methods():
+    """The loop asks `backward_overlap` (None but for LionCub with overlap backward or both); no other optimizer
+    has a speculation or overlap member, and LionCub has none beside its backward overlap's."""
+    import src.optim.factory  # noqa: F401 - every optimizer of src/optim, so the subclasses are known
+    from src.optim.interface import LoopOptimizer
+    overlap_names = {n for n in dir(LoopOptimizer) if "speculat" in n or "overlap" in n}
+    assert overlap_names == {"backward_overlap"} and LoopOptimizer.backward_overlap is None
+    for cls in _subclasses(LoopOptimizer) - {LionCub}:
+        own = {n for n in dir(cls) if ("speculat" in n or "overlap" in n)} - overlap_names
+        assert not own, (cls.__name__, own)
+    for overlap, speculates in ((False, False), ("forward", False), ("backward", True), ("both", True)):
+        optimizer = LionCub(_model(tie=True).parameters(), reducer={**REDUCERS["cub4"], "world_size": 1},
+                            overlap=overlap)
+        assert (optimizer.backward_overlap is not None) == speculates, overlap

@@ -1,8 +1,8 @@
 """The pieces of a step that could stall a GPU, checked with the host-transfer double on CPU (Lion Cub, Section 7
 runs on GPUs).
 
-- the non-finite vote reads its verdict, the loss and the gradient norm in ONE transfer, not one `.item()` for
-  the flag and two more for the logged values;
+- the step's agreement (the non-finite vote, a stop signal, a speculation's fields) reads its verdict, the loss and
+  the gradient norm in ONE transfer, not one `.item()` for the flag and two more for the logged values;
 - the GPT forward checks token ids without a host transfer;
 - Lion 32/16-bit writes the averaged gradients back with foreach ops: bitwise what the per-parameter loop gave,
   with a number of torch calls that does not grow with the number of parameters.
@@ -17,15 +17,28 @@ from torch.overrides import TorchFunctionMode
 
 from src.models.gpt import build_gpt
 from src.optim.grad_allreduce import GradAllreduceLion
+from src.comm.agreement import Agreement
+from src.optim.speculation import HELD, LAUNCHED
+from src.reliability import nonfinite
 from src.reliability.nonfinite import vote
+from src.reliability.signals import STOP, StopSignals
 
 
 def _vote(nan_on_rank: int | None):
     rank = tdist.get_rank()
     loss = torch.tensor(2.5 + rank)
     norm = torch.tensor(float("nan") if rank == nan_on_rank else 0.75)
+    agreement, stop = Agreement(), StopSignals()
+    nonfinite.register(agreement)
+    stop.register(agreement)
+    for name, reduction in ((HELD, "all"), (LAUNCHED, "max")):  # the backward overlap's fields
+        agreement.register(name, reduction, owner="src.optim.speculation")
+    stop.received = 15 if rank == 1 else 0
     with watch_collectives(HostMonitor()) as monitor:
-        verdict = vote(loss, norm)
+        stop.propose(agreement)
+        agreement.propose(HELD, norm < 1.0)
+        agreement.propose(LAUNCHED, 3 + rank)
+        verdict = vote(agreement, loss, norm)
     return verdict, monitor.syncs, monitor.violations
 
 
@@ -33,8 +46,10 @@ def test_the_vote_is_one_transfer_with_the_logged_values(dist):
     for rank, (verdict, syncs, violations) in enumerate(dist(2, _vote, None)):
         assert syncs == 1 and violations == []
         assert verdict.ok and verdict.local_ok and verdict.loss == 2.5 + rank and verdict.grad_norm == 0.75
+        assert dict(verdict.agreed) == {"nonfinite": False, STOP: 15, HELD: True, LAUNCHED: 4}
     for rank, (verdict, syncs, _) in enumerate(dist(2, _vote, 1)):
         assert syncs == 1 and not verdict.ok and verdict.local_ok == (rank == 0)
+        assert verdict.agreed[HELD] is False  # rank 1's NaN norm is not under 1
 
 
 def test_gpt_forward_checks_token_ids_without_a_host_sync():

@@ -27,6 +27,7 @@ from src.models.gpt import build_gpt
 from src.optim.factory import parameter_groups
 from src.optim.grad_allreduce import GradAllreduceLion
 from src.optim.lion_cub import LionCub
+from src.quant import MAX_ABS, MEAN_ABS, METHODS
 from test_fused_step import REDUCERS
 from triton_aot import record
 
@@ -48,8 +49,8 @@ def _workload() -> None:
         if kernel is not None:
             kernel(torch.empty_like(case.template), *case.args)
     blocks = torch.randn(64, 128)
-    for method in ("l1", "linf"):
-        triton_kernels.block_stats(torch.empty(64), blocks, method)
+    for statistic in (MEAN_ABS, MAX_ABS):
+        triton_kernels.block_stats(torch.empty(64), blocks, statistic)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -70,7 +71,7 @@ def _fused_steps() -> None:
                         kernels="triton", overlap="backward")
     idx = torch.randint(0, 64, (2, 8))
     model(idx, idx)[1].backward()  # the encodes without the momentum (WRITE_M false)
-    optimizer.resolve_speculation(True)
+    optimizer.backward_overlap.agree()
     optimizer.step()  # cub_momentum commits it
     for comm_dtype in ("fp32", "bf16"):
         model = build_gpt(None, n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=64)
@@ -81,11 +82,12 @@ def _fused_steps() -> None:
 
 
 def _uses_log(launch: dict) -> bool:
+    """Whether the launch encodes log codes (the method's Triton code, recorded as "module:name")."""
     fn = getattr(triton_kernels, launch["kernel"], None) or getattr(
         __import__("src.optim.fused.kernels", fromlist=["x"]), launch["kernel"])
     names = list(inspect.signature(fn.fn).parameters)
     values = dict(zip(names, (value for _, value in launch["args"])))
-    return values.get("METHOD") == triton_kernels.LOG and values.get("KIND", 2) == 2
+    return values.get("CODE") == METHODS["log"].triton and values.get("KIND", 2) == 2
 
 
 @pytest.mark.skipif(not _cuda_backend(), reason="this Triton has no CUDA backend (ptxas)")

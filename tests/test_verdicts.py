@@ -13,8 +13,10 @@ import pytest
 import yaml
 
 from analysis import fig6, timing_checks
-from analysis.verdicts import NOISE, NOT_SHOWN, SHOWN, UNDECIDED, bootstrap, decide, over_seeds, steps_to_resolve
-from experiments import figures
+from analysis.figure_cli import spread_note
+from analysis.verdicts import (FORMAT, NOISE, NOT_SHOWN, SHOWN, UNDECIDED, bootstrap, decide, over_seeds,
+                               steps_to_resolve)
+from experiments import figures, index
 from experiments.index import write_index
 from experiments.manifest import load_manifest
 from experiments.runner import run_folder
@@ -31,11 +33,11 @@ def test_the_rule_over_seeds():
     assert over_seeds("c", seeds(False, False, False)).verdict == NOT_SHOWN
     spread = over_seeds("c", seeds(True, False, True, values=[31.0, 29.0, 33.0]))
     assert spread.verdict == NOISE and spread.k_of_n() == "2 of 3"
-    assert spread.summary() == {"n": 3, "mean": 31.0, "min": 29.0, "max": 33.0}      # range below 4 seeds
+    assert spread.summary() == {"n": 3, "mean": 31.0, "min": 29.0, "max": 33.0}
     assert spread.spread_text() == "31 (29 to 33, n=3)"
     five = over_seeds("c", seeds(True, True, True, True, True, values=[1.0, 2.0, 3.0, 4.0, 5.0]))
-    assert five.verdict == SHOWN and five.summary()["sd"] == pytest.approx(np.std([1, 2, 3, 4, 5], ddof=1))
-    assert "±" in five.spread_text()
+    assert five.verdict == SHOWN and five.summary() == {"n": 5, "mean": 3.0, "min": 1.0, "max": 5.0}  # one rule
+    assert five.spread_text() == "3 (1 to 5, n=5)"
     assert over_seeds("c", seeds(None, None)).verdict == UNDECIDED
     missing = over_seeds("c", seeds(True, None), missing={3: "its run failed"})
     assert missing.verdict == SHOWN and missing.k_of_n() == "1 of 1" and missing.missing == {3: "its run failed"}
@@ -69,16 +71,17 @@ def steps(mean, n=20, seed=0, sd=0.1):
 def test_overlapping_timings_are_within_noise():
     same = timing_checks.ratio("a / b", [steps(100, seed=1)], [steps(100, seed=2)], "above")
     assert same.holds is None and same.low < 1 < same.high and same.needed is None or same.needed > 20
-    check = timing_checks.check("a takes longer than b", [same])
+    check = timing_checks.check("a_longer", "a takes longer than b", [same])
     assert check.verdict == NOISE and "[95%" in check.measured
     slower = timing_checks.ratio("a / b", [steps(150, seed=1), steps(140, seed=3)], [steps(100, seed=2)], "above")
     assert slower.holds is True and slower.low > 1 and slower.repeats == (2, 1)
-    assert timing_checks.check("a takes longer", [slower]).verdict == SHOWN
-    assert timing_checks.check("a takes longer", [slower, same]).verdict == NOISE      # a chain needs every link
+    assert timing_checks.check("a_longer", "a takes longer", [slower]).verdict == SHOWN
+    assert timing_checks.check("a_longer", "a takes longer", [slower, same]).verdict == NOISE  # a chain needs all
     faster = timing_checks.ratio("a / b", [steps(60, seed=1)], [steps(100, seed=2)], "above")
-    assert timing_checks.check("a takes longer", [slower, faster]).verdict == NOT_SHOWN
+    assert timing_checks.check("a_longer", "a takes longer", [slower, faster]).verdict == NOT_SHOWN
     one = timing_checks.ratio("a / b", [steps(60, n=1)], [steps(100, n=1)], "above")
-    assert timing_checks.check("a takes longer", [one]).verdict == UNDECIDED and "too few" in one.text()
+    assert timing_checks.check("a_longer", "a takes longer", [one]).verdict == UNDECIDED
+    assert "too few" in one.text()
 
 
 def test_bootstrap_resamples_repeats_and_steps():
@@ -142,7 +145,7 @@ def test_seeds_end_to_end_through_the_index(tmp_path):
     fake_fig6_runs(runs, load_manifest(path, "laptop"))
     assert figures.main(["--figs", str(path), "--no-run", "--runs", str(runs), "--out", str(out)]) == 0
     findings = json.loads((out / "figX" / "findings.json").read_text())
-    assert findings["format"] == 2 and findings["seeds"] == [1, 2, 3]
+    assert findings["format"] == FORMAT and findings["seeds"] == [1, 2, 3]
     assert findings["machines"] == {"Test CPU (torch ISA AVX2), 2 cores, 1 thread(s) per rank": 18}
     by = {c["claim"].split(":")[0]: c for c in findings["checks"]}
     none_worse = next(c for c in findings["checks"] if "None worse than all" in c["claim"])
@@ -157,6 +160,7 @@ def test_seeds_end_to_end_through_the_index(tmp_path):
     banded = [s for s in data["series"] if s["band"] == "min-max" and s["n"] == 3]
     assert banded and all(lo <= m <= hi for s in banded for lo, m, hi in zip(s["low"], s["mean"], s["high"]))
     assert any(lo < hi for s in banded for lo, hi in zip(s["low"], s["high"]))
+    assert spread_note(data["series"]).startswith("Over 3 seeds:")                  # said under the drawing
     index = (out / "index.md").read_text()
     assert "**How a verdict is reached**" in index and "Seeds: 3 seeds: the close check moves" in index
     assert "> **Your manifest's caption (not the paper's).** My own caption." in index  # not labelled the paper's
@@ -183,14 +187,33 @@ def test_an_older_findings_json_is_not_read_as_a_verdict(tmp_path):
     assert "`make figures FIGS=figX FIGURES_ARGS=--no-run`" in index
 
 
-def test_unshown_reasons_come_from_the_manifest(tmp_path):
-    reason = {"claim": "close to syncing all", "class": "scale", "reason": "measured: X", "command": "make y"}
+def test_unshown_reasons_are_keyed_by_check_id(tmp_path):
+    reason = {"check": "embed_head_close_to_all", "class": "scale", "reason": "measured: X", "command": "make y"}
     path = manifest_file(tmp_path, extra={"unshown": [reason]})
     manifest = load_manifest(path, "laptop")
-    assert manifest.reason("Small beta2 (0.95): syncing only embedding and head is close to syncing all") == reason
-    bad = manifest_file(tmp_path, extra={"unshown": [{**reason, "class": "luck"}]})
+    assert manifest.reason("embed_head_close_to_all") == reason
+    assert manifest.reason("close_to_all") is None and manifest.reason("embed_head_close_to_all_2") is None  # no
+    bad = manifest_file(tmp_path, extra={"unshown": [{**reason, "class": "luck"}]})                         # substring
     with pytest.raises(ValueError, match="unshown class 'luck' is not one of scale, defect fixed"):
         load_manifest(bad, "laptop")
+    by_text = {"claim": "close to syncing all", "class": "scale", "reason": "r"}
+    with pytest.raises(ValueError, match="every unshown entry needs check"):
+        load_manifest(manifest_file(tmp_path, extra={"unshown": [by_text]}), "laptop")
+    with pytest.raises(ValueError, match="is not a check id"):
+        load_manifest(manifest_file(tmp_path, extra={"unshown": [{**reason, "check": "close to all"}]}), "laptop")
+    with pytest.raises(ValueError, match="more than one reason"):
+        load_manifest(manifest_file(tmp_path, extra={"unshown": [reason, reason]}), "laptop")
+
+
+def test_the_index_reads_a_reason_by_the_checks_id(tmp_path):
+    """A reason reaches the check of its id whatever the claim's text, and one for an id no check has is said."""
+    found = {"check": "embed_head_close_to_all", "class": "scale", "reason": "measured: X", "command": "make y"}
+    stray = {"check": "no_such_check", "class": "defect fixed", "reason": "Y"}
+    manifest = load_manifest(manifest_file(tmp_path, extra={"unshown": [found, stray]}), "laptop")
+    check = {"id": "embed_head_close_to_all", "claim": "a text that names no reason", "verdict": NOT_SHOWN}
+    assert index.reason(manifest, check) == "scale: measured: X (`make y`)"
+    assert index.reason(manifest, {**check, "id": "none_worse_than_all"}) == "unexplained"
+    assert index.unmatched_reasons(manifest, {"checks": [check]}) == ["no_such_check"]
 
 
 def test_fig6_alone_keeps_its_single_run_verdicts(tmp_path):

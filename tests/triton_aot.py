@@ -2,8 +2,8 @@
 
 `record(fn)` runs `fn` (under Triton's interpreter) and records every kernel launch that goes through
 `src.comm.codecs.triton_kernels.launch`: the kernel, each argument's type (a tensor's dtype, an int, a float, a
-bool) and the constexpr values (positional, by name or by default, in the kernel's parameter order), once per
-distinct signature. `main` (run as a script, in a process WITHOUT
+bool, a @triton.jit function as "module:name", None) and the constexpr values (positional, by name or by default,
+in the kernel's parameter order), once per distinct signature. `main` (run as a script, in a process WITHOUT
 TRITON_INTERPRET, so that @triton.jit makes compilable functions) compiles each recorded launch for
 `cuda:<arch>` with the GPU's own settings (`GPU`: libdevice's math; `FMA`: the hardware fma) and prints one JSON
 line per launch: its kernel, whether it compiled (and the error), and the approximate instructions its PTX holds.
@@ -24,6 +24,11 @@ DTYPES = {"float32": "fp32", "uint8": "u8", "int32": "i32", "float64": "fp64", "
 
 def _argument(value):
     import torch
+    if value is None:
+        return ["none", None]
+    function = getattr(value, "fn", None)  # a @triton.jit function (interpreted here): a method's or statistic's code
+    if callable(function) and hasattr(function, "__qualname__"):
+        return ["function", f"{function.__module__}:{function.__qualname__}"]
     if isinstance(value, torch.Tensor):
         return ["tensor", str(value.dtype).removeprefix("torch.")]
     if isinstance(value, bool):
@@ -65,6 +70,12 @@ def record(launches: list):
         triton_kernels.launch = real
 
 
+def _function(reference: str):
+    """The @triton.jit function "module:name" (compilable: this process runs without the interpreter)."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def compile_launch(launch: dict, arch: int) -> str:
     """The PTX of one recorded launch compiled for cuda:<arch>."""
     import triton
@@ -76,7 +87,7 @@ def compile_launch(launch: dict, arch: int) -> str:
     for param, (kind, value) in zip(fn.params, launch["args"]):
         if param.is_constexpr:
             signature[param.name] = "constexpr"
-            constants[param.name] = GPU_CONSTANTS.get(param.name, value)
+            constants[param.name] = GPU_CONSTANTS.get(param.name, _function(value) if kind == "function" else value)
         elif kind == "tensor":
             signature[param.name] = "*" + DTYPES[value]
         elif kind == "int":

@@ -32,7 +32,7 @@ from src.bench.comm_rows import by_rate, read_rows
 from src.bench.comm_model import (FIT_CASES, Fit, end_to_end_table, fit, fit_network, predict, ranking_agreement,
                                   ratio_table)
 from src.comm.cost.network_fit import write_network_fit
-from src.comm.codecs.packing import field_width
+from src.comm import make_reducer
 
 TABLE_CASES = ("lion32_grad", "lion16_grad", "fp32", "bf16", "cub8", "cub4", "cub1", "ps_naive", "ps_tree")
 FIGURES = ("fig2_comm_sizes.png", "fig2_comm_scaling.png")
@@ -98,10 +98,10 @@ def _bits_at(case: str, workers: int, row: dict):
     spec = BY_NAME[case]
     if spec.model != "pbit":
         return row.get("bits", "")
-    options = spec.options
-    votes = options.get("quant", "sign") == "sign" and options.get("zeros", "alternate") != "keep"
-    width = field_width(options.get("bits", 8), 1 if votes else 2 * options.get("levels", 1), workers)
-    return False if width is None else width
+    try:  # the reducer widens its fields for the world's sums (a planning reducer: no process group)
+        return make_reducer(spec.reducer, world_size=workers, rank=0, **spec.options).bits
+    except ValueError:  # even 16-bit fields overflow
+        return False
 
 
 def write_model(path: Path, rows: list[dict]) -> None:

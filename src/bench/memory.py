@@ -42,7 +42,7 @@ from tqdm import tqdm
 
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
-from src.optim.overlap import label_suffix, overlap_mode
+from src.utils.run_label import overlap_mode, variant_label
 from src.utils import machine
 from src.utils.storage_tracker import StorageTracker
 
@@ -86,12 +86,12 @@ def measure(variant: str, model: torch.nn.Module, overlap=False, kernels: str | 
     tracker = StorageTracker()
 
     def step() -> None:
-        if optimizer.speculates():
+        if optimizer.backward_overlap is not None:
             optimizer.zero_grad(set_to_none=False)
             loss = _GivenGradients.apply(grads, *params)
             with tracker:
                 loss.backward()
-            optimizer.resolve_speculation(True)
+            optimizer.backward_overlap.agree()
         with tracker:
             optimizer.step()
 
@@ -112,7 +112,7 @@ def measure(variant: str, model: torch.nn.Module, overlap=False, kernels: str | 
     del optimizer
     for p in params:
         p.grad = None
-    name = variant + label_suffix(overlap)
+    name = variant_label(variant, overlap)
     return {"variant": name, "parameters": n, "chunks": chunks, "kept_bytes": kept, "peak_bytes": peak,
             "kept_bytes_per_param": round(kept / n, 2), "peak_bytes_per_param": round(peak / n, 2)}
 

@@ -13,12 +13,15 @@ Backend: NCCL on CUDA, gloo on CPU. `network=local` pins gloo to the loopback in
 path lacks the all-to-all the 1-bit allreduce needs). A single process whose optimizer communicates (Lion 32-bit,
 Lion Cub) gets a one-rank group on an in-memory store, so the variant runs its real code path without a launcher.
 Under torchrun, every group (one per sweep point of a multirun, one per restart attempt) gets keys of its own in
-torchrun's store, and `shutdown()` destroys it at the end of each run.
+torchrun's store, and `shutdown()` destroys it, with every subgroup, at the end of each run, and checks that they
+are gone (src.distributed.lifetime: a group that outlives its run keeps gloo's threads into the interpreter's exit,
+where they can abort it); the run releases what holds its groups (DDP, reducers, hooks) before.
 """
 from __future__ import annotations
 
 import os
 import socket
+import weakref
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -30,6 +33,7 @@ import torch.distributed as dist
 
 from src.comm.transport.device import collective_device
 from src.comm.cost.network import Network
+from src.distributed.lifetime import check_ended, gloo_workers, import_before_any_group
 from src.distributed.slurm_env import slurm_launch_env
 from src.distributed.threads import apply_thread_share
 from src.errors import SetupError
@@ -162,6 +166,9 @@ def apply_network_env(network: Network, environ: MutableMapping[str, str] | None
     return applied
 
 
+_workers_at_start: int | None = None  # gloo worker threads of this process before its group started
+
+
 def init_process_group(ctx: DistContext, network: Network, run_index: int = 0) -> dict[str, str]:
     """Apply the network environment and start the process group; returns the variables it set. `run_index`
     numbers the runs this process starts (a multirun's sweep points, the same on every rank): it names the group's
@@ -170,6 +177,9 @@ def init_process_group(ctx: DistContext, network: Network, run_index: int = 0) -
         os.environ.update(slurm_launch_env(os.environ))  # srun/submitit tasks: the rendezvous torchrun would give
     applied = apply_network_env(network)
     apply_thread_share()
+    import_before_any_group()  # modules that would hold the group in their defaults (src.distributed.lifetime)
+    global _workers_at_start
+    _workers_at_start = gloo_workers()
     if ctx.device.type == "cuda":
         torch.cuda.set_device(ctx.device)
     timeout = timedelta(seconds=network.timeout_s)
@@ -214,8 +224,14 @@ def barrier() -> None:
 
 
 def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Destroy every process group (the default one and its subgroups) and check that none is left alive
+    (src.distributed.lifetime.check_ended raises GroupOutlived, naming what holds one). Call it once the objects
+    that hold the groups (DDP, reducers, hooks) are released."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    world = weakref.ref(dist.group.WORLD)
+    dist.destroy_process_group()
+    check_ended(world, _workers_at_start)
 
 
 def broadcast_object(obj: Any) -> Any:

@@ -43,7 +43,7 @@ from typing import Callable
 
 import torch
 
-from src.optim.overlap import overlap_mode
+from src.utils.run_label import overlap_mode
 
 from src.errors import SetupError
 from src.utils.adjustment import Adjustment

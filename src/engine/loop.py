@@ -23,10 +23,11 @@ Statistics (`src.stats`, every `stats.every` steps, off by default): measured ri
 `optimizer.step()`; their keys (`stats/...`) join the row, their time is `time/stats` and is left out of `time/total`.
 
 Reliability (`src.reliability.hooks.StepHooks`, docs/reliability.md): faults may be injected at the start of a step
-and after backward; after clipping, every rank votes on whether the loss and gradients are finite (before the
-optimizer quantizes or communicates), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or
-stops the run; after the row is logged, the replica guard and checkpoints run. A resumed run starts from the
-checkpoint's `Progress` (steps done, skipped steps, training and wall time), without the evaluation at step 0.
+and after backward; after clipping, the ranks reach the step's agreement (src/comm/agreement.py: whether every
+loss and gradient is finite, before the optimizer quantizes or communicates; a stop signal; a speculation's
+verdict), and a non-finite step is skipped on all ranks (`skipped_steps` in the row) or stops the run; after the
+row is logged, the replica guard and checkpoints run. A resumed run starts from the checkpoint's `Progress` (steps
+done, skipped steps, training and wall time), without the evaluation at step 0.
 A stop signal (SIGTERM, SIGINT, SIGUSR1) ends the loop after the step in flight, once every rank agreed and the
 checkpoint is written (`hooks.interrupted`). Progress: src.runlog.progress (a bar, or lines in batch logs).
 
@@ -38,10 +39,11 @@ Overlap (`variant.overlap=true` or `forward`, src/optim/overlap.py): `optimizer.
 in flight and the next forward pass applies them; the loop settles the step first wherever the parameters are read
 outside a forward pass (evaluation, the replica guard, checkpoints, an injected perturbation, the last step).
 With `backward` or `both` (src/optim/speculation.py) the optimizer launches its buckets during backward as if no rank
-clipped; each rank's "not clipped" flag (and the chunks it launched) joins the non-finite vote, and the verdict goes to
-`optimizer.resolve_speculation` before `step()`. The row's `overlap_hit` (1 or 0) says whether it held.
+clipped; its `backward_overlap` proposes its fields to the step's agreement with the clip coefficient torch applied
+(`clip_gradients`), and reads the agreed verdict (`resolve`) before `step()`. The row's `overlap_hit` (1 or 0) says
+whether it held.
 
-GPU path: one host synchronisation per step. The non-finite vote (`StepHooks.step_ok`) must reach the host before
+GPU path: one host synchronisation per step. The step's agreement (`StepHooks.step_ok`) must reach the host before
 `optimizer.step()`, and its one transfer also brings the loss and gradient norm of the row; nothing else in a step
 waits for the device (checkpoints, the replica guard and evaluations do, at their own intervals). The `time/*` of a
 step are CUDA events, read once the device has run the step, which the next step's vote guarantees: a row is
@@ -71,6 +73,7 @@ from src.stats import OFF
 from src.utils.timing import PhaseTimer
 
 PRECISIONS = ("auto", "fp32", "bf16")
+CLIP_EPS = 1e-6  # what torch's clip adds to the norm before dividing (torch.nn.utils.clip_grads_with_norm_)
 
 
 def autocast(precision: str, device: torch.device):
@@ -109,12 +112,14 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
         with timer.phase("backward"):
             loss.backward()
         hooks.after_backward()
+        overlap = optimizer.backward_overlap
         with timer.phase("clip"):
-            # FSDP2 (hierarchy=node): the node's norm, from every rank's shards
-            norm = full(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)) if clip else None
-            held, launched = speculation_flag(optimizer, norm, clip, loss.device)
-            verdict = hooks.step_ok(loss, norm, held, launched)  # the step's one host synchronisation
-        optimizer.resolve_speculation(verdict.held, verdict.launched)  # a skipped step drops it in zero_grad
+            norm, coefficient = clip_gradients(model, clip)
+            if overlap is not None:
+                overlap.propose(hooks.agreement, coefficient)
+            verdict = hooks.step_ok(loss, norm)  # the step's agreement: its one host synchronisation
+        if overlap is not None:
+            overlap.resolve(verdict.agreed)  # a skipped step drops the speculation in zero_grad
         hit = {}
         if verdict:
             stats.before_step()
@@ -122,23 +127,22 @@ def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float
             stats.after_step()
             if settle():
                 optimizer.settle()
-            hit = {} if optimizer.overlap_hit is None else {"overlap_hit": int(optimizer.overlap_hit)}
+            hit = {} if overlap is None or overlap.hit is None else {"overlap_hit": int(overlap.hit)}
         optimizer.zero_grad(set_to_none=True)
     return {"loss": verdict.loss, "lr": lr, "grad_norm": verdict.grad_norm, **hit, **stats.pop()}
 
 
-def speculation_flag(optimizer, norm: torch.Tensor | None, clip: float | None, device: torch.device):
-    """This rank's vote on the optimizer's speculation (src/optim/speculation.py) and the chunks it launched, or
-    (None, 0) when nothing was speculated. The vote, a 0-dim bool tensor, is true when clipping left the gradients as
-    backward made them (torch's coefficient clip / (norm + 1e-6) clamped to 1: exactly 1 multiplies by 1.0) and the
-    optimizer's own check agrees."""
-    speculation = optimizer.speculation_vote()
-    if speculation is None:
-        return None, 0
-    local, launched = speculation
-    if norm is None:
-        return torch.full((), bool(local), dtype=torch.bool, device=device), launched
-    return (clip / (norm + 1e-6) >= 1.0) & bool(local), launched
+def clip_gradients(model, clip: float | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """torch's `clip_grad_norm_` over `model`'s gradients: (the total norm before clipping, the coefficient every
+    gradient was multiplied by), (None, None) without `clip`. The coefficient is torch's documented one,
+    min(clip / (norm + CLIP_EPS), 1) (`torch.nn.utils.clip_grads_with_norm_`), computed once here from the norm
+    torch returned, as a 0-dim tensor on the norm's device (no host sync); tests/test_clip_coefficient.py checks
+    that it is the one torch applied, bit for bit. Exactly 1 leaves every gradient as backward made it. Under FSDP2
+    (hierarchy=node) torch returns the norm of the node's gradient as a DTensor, taken here as a plain tensor."""
+    if not clip:
+        return None, None
+    norm = full(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))  # FSDP2: the node's norm, from its shards
+    return norm, torch.clamp(clip / (norm + CLIP_EPS), max=1.0)
 
 
 def _log(rows: list[dict], result: LoopResult, sinks: Sinks, warmup_steps: int) -> None:

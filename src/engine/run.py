@@ -33,11 +33,17 @@ training after a step with a checkpoint and raises `Interrupted` (src.reliabilit
 (replica divergence, a non-finite step) are reported by rank 0 before any rank leaves.
 
 A process group is started whenever the variant communicates, even for one process (see src.distributed.process_group).
+It lives exactly as long as the run: `execute` starts it and `_train_run` builds and trains in a frame of its own;
+once that frame is gone (after an exception: once the frames its traceback keeps are cleared) nothing of the run
+holds a group, and `shutdown()` destroys them all and checks that none is left alive (src.distributed.lifetime), so
+no gloo thread runs into the interpreter's exit.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import sys
+import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -53,12 +59,13 @@ from src.distributed.process_group import (
     init_process_group,
     shutdown,
 )
+from src.distributed.lifetime import GroupOutlived
 from src.distributed.topology import NodeTopology, node_topology
-from src.engine.compile import check_compile, choose, compile_adjustments, compile_model, ran_compiled
+from src.engine.compile import CompileChoice, check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
-from src.errors import SetupError
+from src.errors import SetupError, record_run
 from src.engine.loop import LoopResult, autocast, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
@@ -66,7 +73,7 @@ from src.engine.sharding import Sharded, node_line, shard_model
 from src.engine.state_memory import after_training
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
-from src.runlog import history
+from src.runlog import ended, history
 from src.runlog.command import this_command
 from src.runlog.metrics import read_metrics
 from src.runlog.provenance import collect, rank_info
@@ -76,9 +83,12 @@ from src.runlog.run_dir import claim_run_dir, default_name, is_run_folder, plan_
 from src.runlog.sinks import METRICS_FILE, Sinks, check_logger
 from src.runlog.wandb_logger import ID_FILE
 from src.models import count_parameters
+from src.comm.agreement import Agreement, own_group
 from src.comm.cost.network_fit import network_costs
 from src.optim.factory import build_optimizer, is_auto, validate_variant
+from src.optim.interface import LoopOptimizer
 from src.optim.momentum_sync import named_parameters_with_aliases
+from src.optim.speculation import speculation_record
 from src.optim.world_limit import largest_world_size
 from src.optim.wire_plan import wire_bytes_per_step
 from src.reliability import train_state
@@ -99,6 +109,7 @@ from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
 from src.utils.adjustment import recorded
+from src.utils.run_label import mode_name
 
 
 @dataclass
@@ -298,6 +309,7 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
                   f"(recorded in {history.ATTEMPTS}; config.yaml now holds the new values)", flush=True)
         _write_json(run_dir / history.provenance_name(row["attempt"]), collect(ctx, ranks, network_env, overrides))
         print(f"lioncub: run folder {run_dir}", flush=True)
+        record_run(run_dir)  # for the launcher, should a rank die later (src.launch.torchrun)
     return run_dir
 
 
@@ -376,18 +388,20 @@ def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
         (run_dir / ID_FILE).write_text(wandb_id + "\n")
 
 
-def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, built: Built, progress: Progress,
-           stop: StopSignals, changes: list[dict]) -> StepHooks:
-    model, optimizer = built.model, built.optimizer
+def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, built: Built, stop: StopSignals) -> StepHooks:
+    model, optimizer, progress, changes = built.model, built.optimizer, built.progress, built.changes
     id_file = run_dir / ID_FILE
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
                                        plan.ctx.world_size, wandb_id, plan.steps, changes,
                                        recorded(optimizer.adjustments()))
+    overlap = optimizer.backward_overlap
+    # the step's agreement: on a group of its own when the overlap's buckets are queued on the default one
+    agreement = Agreement(own_group() if overlap is not None else None)
     hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
-                      progress, stop, shards=_sharded_state(built), replica_shards=_replica_shards(built))
-    if optimizer.speculates():  # its buckets are queued on the default group when the vote runs
-        hooks.separate_vote()
+                      progress, stop, agreement, shards=_sharded_state(built), replica_shards=_replica_shards(built))
+    if overlap is not None:
+        overlap.register(agreement)
     return hooks
 
 
@@ -436,15 +450,21 @@ def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exce
 
 @dataclass
 class Built:
-    """The run's model (the inner one: no DDP, not compiled), optimizer, and what `variant.hierarchy: node` adds."""
+    """What `execute` trains: the model (the inner one: no DDP, not compiled), the module the loop calls, the
+    optimizer, the compile choice, what `variant.hierarchy: node` adds (FSDP2 inside each node), and where training
+    starts (the progress and the run's world-size changes)."""
     model: torch.nn.Module
-    optimizer: object
+    trained: torch.nn.Module
+    optimizer: LoopOptimizer
+    compiling: CompileChoice
     sharded: Sharded | None  # FSDP2 inside each node (src/engine/sharding.py)
-    compiling: object  # train.compile's resolution (src/engine/compile.py)
+    progress: Progress = field(default_factory=Progress)
+    changes: list[dict] = field(default_factory=list)
 
 
 def _build(plan: Plan) -> Built:
-    """The same model on every rank (sharded inside the nodes for hierarchy=node), then its optimizer."""
+    """The model (the same on every rank; sharded inside the nodes for hierarchy=node), the optimizer, the state of
+    a resumed run, the wrapped and compiled module; the adjustments are printed once by rank 0."""
     job, ctx, task = plan.job, plan.ctx, plan.task
     torch.manual_seed(job.seed)
     model = task.build_model(ctx.device).to(ctx.device)
@@ -464,40 +484,73 @@ def _build(plan: Plan) -> Built:
             print(node_line(sharded, job.variant), flush=True)
         for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
             print(adjustment.line(), flush=True)
-    return Built(model, optimizer, sharded, compiling)
+    built = Built(model, model, optimizer, compiling, sharded)
+    built.progress, built.changes = _resume(plan, built)
+    trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
+    # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
+    built.trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+    return built
 
 
-def _summary(plan: Plan, built: Built, trained, result: LoopResult, hooks: StepHooks, run_dir: Path,
-             changes: list[dict]) -> dict:
-    """summary.json's facts of a run that trained (the timing row is added by rank 0 from metrics.jsonl)."""
-    job, ctx, task, model, optimizer = plan.job, plan.ctx, plan.task, built.model, built.optimizer
+def _sinks(cfg: DictConfig, plan: Plan, run_dir: Path, changes: list[dict]) -> Sinks:
+    """The run's sinks; a resumed W&B run continues with the rows logged so far, and a resize is noted."""
+    ctx, job = plan.ctx, plan.job
+    resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
+    sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
+    if plan.resume is not None and plan.resume.resize is not None:
+        sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
+    return sinks
+
+
+def _overlap_summary(variant, optimizer) -> dict:
+    """summary.json's `overlap` (the mode; the steps that speculated during backward and those that held) and
+    `overlap_hit_rate`, for a variant that overlaps (nothing otherwise)."""
+    mode = mode_name(variant.overlap)
+    if mode == "false":
+        return {}
+    record = {"mode": mode, **speculation_record(optimizer.backward_overlap)}
+    return {"overlap": record, "overlap_hit_rate": record["hit_rate"]}
+
+
+def _hierarchy_summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult) -> dict:
+    """summary.json's `hierarchy` of a node run (the layout, the in-node bytes per step and the state's memory,
+    from one more forward and backward after training) and, under HSDP, its wire bytes; nothing for a flat run."""
+    if built.sharded is None:
+        return {}
+    amp = autocast(plan.job.precision, plan.ctx.device)
+    memory = None if hooks.interrupted else after_training(plan.task, built.model, built.optimizer, amp)
+    out = {"hierarchy": {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes, "memory": memory}}
+    hsdp = built.sharded.hsdp_wire_plan(built.model)
+    return {**out, "wire_bytes_per_step": hsdp} if hsdp else out
+
+
+def _summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult, run_dir: Path) -> dict:
+    """The run's summary.json (every rank has it; rank 0 adds the timing row)."""
+    ctx, optimizer, changes = plan.ctx, built.optimizer, built.changes
     summary = {"steps": result.steps, "final_loss": result.last_loss, "final_eval": result.last_eval,
                "train_time": result.train_time, "warmup_time": result.warmup_time, "wall_time": result.wall_time,
-               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(model),
-               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(model), "run_dir": str(run_dir),
+               "peak_memory_bytes": result.peak_memory_bytes, "model_parameters": count_parameters(built.model),
+               "world_size": ctx.world_size, "ranks_in_sync": ranks_in_sync(built.model), "run_dir": str(run_dir),
                "skipped_steps": hooks.progress.skipped_steps,
                "resumed_from": str(plan.resume.checkpoint.path) if plan.resume else None,
                "interrupted_at": hooks.interrupted.step if hooks.interrupted else None,
-               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(trained),
-               "world_size_changes": changes}
-    summary.update(run_throughput(task, model, result.steps, job.train.timing_skip, result.train_time,
-                                  ctx.world_size, ctx.device, changes))
-    summary["config_adjusted"] = recorded([*optimizer.adjustments(), *compile_adjustments(built.compiling, trained)])
-    if built.sharded is not None:
-        amp = autocast(job.precision, ctx.device)
-        memory = None if hooks.interrupted else after_training(task, model, optimizer, amp)  # one more fwd+bwd
-        summary["hierarchy"] = {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes,
-                                "memory": memory}
-        summary["wire_bytes_per_step"] = built.sharded.hsdp_wire_plan(model) or summary["wire_bytes_per_step"]
+               "wire_bytes_per_step": wire_bytes_per_step(optimizer), "model_compiled": ran_compiled(built.trained),
+               "world_size_changes": changes,
+               "ended": ended.by_run(result.steps, hooks.interrupted is not None)}
+    summary.update(run_throughput(plan.task, built.model, result.steps, plan.job.train.timing_skip,
+                                  result.train_time, ctx.world_size, ctx.device, changes))
+    adjusted = [*optimizer.adjustments(), *compile_adjustments(built.compiling, built.trained)]
+    summary["config_adjusted"] = recorded(adjusted)
+    summary.update(_hierarchy_summary(plan, built, hooks, result))
     kernels = optimizer.kernels_record()
     if kernels is not None:
         summary["kernels"] = kernels
     if optimizer.reducer_choice is not None:
         summary["reducer_auto"] = optimizer.reducer_choice.record()
-    overlap = optimizer.overlap_record()
-    if overlap is not None:
-        summary["overlap"] = overlap
-        summary["overlap_hit_rate"] = overlap["hit_rate"]
+    summary.update(_overlap_summary(plan.job.variant, optimizer))
+    if ctx.is_main:
+        _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
+        summary["timing"] = _timing(run_dir)
     return summary
 
 
@@ -508,7 +561,7 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
     has called `report_interrupt` with it, and a guard's stop (`ReplicaDivergenceError`, `NonFiniteStepError`)
     once rank 0 has called `report_stop` with it; every rank waits for the report (`_report_then_wait`).
     `run_index` numbers the runs this process starts (a multirun's sweep points: Hydra's job number)."""
-    job, ctx, task = plan.job, plan.ctx, plan.task
+    job, ctx = plan.job, plan.ctx
     done = _already_finished(plan)
     if done is not None:
         if ctx.is_main:
@@ -520,41 +573,57 @@ def execute(cfg: DictConfig, plan: Plan, overrides: list[str] | None = None, run
     needs_group = ctx.world_size > 1 or job.variant.optimizer != "lion"
     network_env = init_process_group(ctx, job.network, run_index) if needs_group else {}
     try:
-        built = _build(plan)
-        model, optimizer = built.model, built.optimizer
-        progress, changes = _resume(plan, built)
-        trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
-        # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
-        trained = compile_model(trained, built.compiling, _announce if ctx.is_main else _quiet)
-        run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
-        if ctx.is_main:
-            _restore_wandb_id(plan, run_dir)
-        resumed = ctx.is_main and plan.resume is not None and job.logger.name == "wandb"
-        sinks = Sinks(cfg, job.logger, run_dir, ctx.is_main, list(read_metrics(run_dir / METRICS_FILE)) if resumed else [])
-        if plan.resume is not None and plan.resume.resize is not None:
-            sinks.note(change_line(changes[-1]))  # W&B: the same run, the change as a note
-        stop = StopSignals()
-        hooks = _hooks(cfg, plan, run_dir, built, progress, stop, changes)
-        stats = make_stats(check_stats_config(job.stats, model), model, optimizer, seed=job.seed, run_dir=run_dir,
-                           start_step=progress.step, wandb_run=sinks.wandb.run if sinks.wandb else None,
-                           **_voters(built, ctx))
-        with stop.installed():
-            try:
-                result = train(task, trained, optimizer, plan.schedule, sinks, job, ctx, plan.steps, hooks, stats,
-                               comms=built.sharded)
-            except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
-                _report_then_wait(ctx, report_stop, exc)
-                raise
-        summary = _summary(plan, built, trained, result, hooks, run_dir, changes)
-        if ctx.is_main:
-            _write_json(run_dir / "summary.json", summary)  # the timing row reads the parameter count from it
-            summary["timing"] = _timing(run_dir)
-        sinks.close(summary)
-        if hooks.interrupted:
-            _report_then_wait(ctx, report_interrupt, hooks.interrupted)
-            raise hooks.interrupted
-        if ctx.is_main:
-            _finish_outputs(run_dir, result, summary, throughput_line(summary, task.unit, job.train.timing_skip))
-        return summary
-    finally:
+        summary = _train_run(cfg, plan, network_env, overrides, report_interrupt, report_stop)
+    except BaseException as exc:
+        _end_groups_after(exc)
+        raise
+    shutdown()  # `_train_run` has returned: nothing of the run holds its groups any more
+    return summary
+
+
+def _end_groups_after(exc: BaseException) -> None:
+    """Destroy the groups of a run that raised `exc`, once the frames its traceback keeps (with the DDP wrapper,
+    the reducers and hooks that hold the groups) are cleared; a group left alive is reported, not raised, so
+    that `exc` still decides the exit status."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+    try:
         shutdown()
+    except GroupOutlived as left:
+        print(f"lioncub: {left}", file=sys.stderr, flush=True)
+
+
+def _train_run(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[str] | None,
+               report_interrupt: Callable[[Interrupted], None] | None,
+               report_stop: Callable[[Exception], None] | None) -> dict:
+    """Build, train and summarise on the started group (see `execute`). Everything that holds the run's groups
+    lives in this frame, so it is released when the function returns."""
+    job, ctx = plan.job, plan.ctx
+    built = _build(plan)
+    run_dir = _start_outputs(cfg, plan, network_env, list(overrides or []))
+    if ctx.is_main:
+        _restore_wandb_id(plan, run_dir)
+    sinks = _sinks(cfg, plan, run_dir, built.changes)
+    stop = StopSignals()
+    hooks = _hooks(cfg, plan, run_dir, built, stop)
+    stats = make_stats(check_stats_config(job.stats, built.model), built.model, built.optimizer, seed=job.seed,
+                       run_dir=run_dir, start_step=built.progress.step,
+                       wandb_run=sinks.wandb.run if sinks.wandb else None, **_voters(built, ctx))
+    with stop.installed():
+        try:
+            result = train(plan.task, built.trained, built.optimizer, plan.schedule, sinks, job, ctx, plan.steps,
+                           hooks, stats, comms=built.sharded)
+        except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
+            _report_then_wait(ctx, report_stop, exc)
+            raise
+    summary = _summary(plan, built, hooks, result, run_dir)
+    sinks.close(summary)
+    if hooks.interrupted:
+        _report_then_wait(ctx, report_interrupt, hooks.interrupted)
+        raise hooks.interrupted
+    if ctx.is_main:
+        _finish_outputs(run_dir, result, summary, throughput_line(summary, plan.task.unit, job.train.timing_skip))
+    return summary

@@ -8,7 +8,11 @@ guard (3) or is interrupted while not training (130), plain torchrun ends with i
 the same torchrun in this process (`torch.distributed.run.run`, the same arguments, the same agent, the workers
 its children), prints torchrun's report without the launcher's traceback, and then, last, the line rank 0 left for
 it (src.errors.record_exit, through the file named by LIONCUB_EXIT_FILE) with the exit status and its meaning, and
-exits with that status (2, 3, 75, 130). A run that ends otherwise exits as torchrun would (0, or 1 on failure).
+exits with that status (2, 3, 75, 130). A rank that ended otherwise, without a line (a signal, a crash, an abort at
+interpreter exit after the run was written), makes the job a failure (exit 1) whatever the run wrote, and the last
+line says what finished and what did not (src.launch.exit_report: which rank ended how, whether the run folder
+rank 0 opened last is complete, its last checkpoint). Once the status is known it goes into the summary.json of
+every run the job wrote (`ended`, src.runlog.ended). A run that ends otherwise exits as torchrun would (0).
 
 A command line of src.train that Hydra would refuse on every rank starts no rank: a preset or group option that
 does not exist (`variant=nope`), an override of a key the configuration does not have (`train.nokey=1`) or one
@@ -34,17 +38,42 @@ import tempfile
 from pathlib import Path
 
 from src.errors import EXIT_FILE_ENV, SetupError, exit_line
+from src.launch.exit_report import died_line, failed_ranks, record_end
 
 EXIT_SETUP = 2
 HYDRA_FLAGS = ("-m", "--multirun", "-r", "--run")  # the only flags of src.train a command line checked here has
 
 
-def _left_by_rank0(path: Path) -> tuple[str, int] | None:
+def _left_by_rank0(path: Path) -> dict:
+    """What rank 0 left in the exit file: `line` and `status` (a run that ended with a line), `runs` (the run
+    folders it opened); {} when nothing was left."""
     try:
         record = json.loads(path.read_text())
-        return str(record["line"]), int(record["status"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    if not (isinstance(record.get("line"), str) and isinstance(record.get("status"), int)):
+        record.pop("line", None)
+        record.pop("status", None)
+    return record
+
+
+def ending(record: dict, status: int, failures: dict) -> tuple[str | None, int]:
+    """The job's last line (None: none to add) and exit status, from what rank 0 left (`record`), torchrun's
+    `status` and its `failures` (rank -> ProcessFailure); records the status in the runs' summary.json."""
+    said = record.get("status")
+    failed = failed_ranks(failures, said) if failures else {}
+    runs = [str(r) for r in record.get("runs", [])]
+    line = None
+    if failed:
+        line, status = died_line(failed, runs), 1
+        if said is not None:
+            line += f"; the run had said: {record['line'].removeprefix('lioncub: ')}"
+    elif status != 0 and said is not None:
+        line, status = record["line"], said
+    record_end(runs, status, failed, line)
+    return line, status
 
 
 def _runs_src_train(args) -> bool:
@@ -127,19 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lioncub-exit-") as folder:
         exit_file = Path(folder) / "exit.json"
         os.environ[EXIT_FILE_ENV] = str(exit_file)
-        status = 0
+        status, failures = 0, {}
         try:
             run(args)
         except ChildFailedError as exc:
             print(exc, file=sys.stderr, flush=True)
-            status = 1
+            status, failures = 1, exc.failures
         except SignalException as exc:
             print(f"torchrun: stopped by {exc.sigval.name}; its workers were asked to stop", file=sys.stderr,
                   flush=True)
             status = 128 + int(exc.sigval)
-        left = _left_by_rank0(exit_file)
-    if left is not None and status != 0:
-        line, status = left
+        line, status = ending(_left_by_rank0(exit_file), status, failures)
+    if line is not None:
         print(exit_line(line, status), file=sys.stderr, flush=True)
     return status
 

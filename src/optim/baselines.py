@@ -42,10 +42,12 @@ def validate_baseline(kind: str, variant: Variant, world_size: int, model: torch
     Variant's (src/optim/variant.py)."""
     if kind == "onebit_adam":
         check_adam_warmup(variant.adam_warmup_steps)
-    if kind == "bitdp":
+    elif kind == "bitdp":
         make_reducer("bitdp", world_size=world_size, rank=0, bits=variant.bits, threshold=variant.threshold)
         if model is not None:
             compressed_rows(model, params, variant.layers)
+    elif kind not in ("adamw_grad_allreduce", "ddp"):  # their keys' types and ranges are all there is to check
+        raise ValueError(f"variant {variant.name!r}: no check for baseline {kind!r}")
 
 
 def build_baseline(kind: str, model: torch.nn.Module, variant: Variant, groups: list[dict], *, lr: float,
@@ -58,5 +60,7 @@ def build_baseline(kind: str, model: torch.nn.Module, variant: Variant, groups: 
     if kind == "bitdp":
         rows = compressed_rows(model, trainable(groups), variant.layers)
         return BitDP(groups, rows=rows, group=group, bits=variant.bits, threshold=variant.threshold, **common)
-    cls = DDPLion if variant.inner == "lion" else DDPAdamW
+    if kind != "ddp":
+        raise ValueError(f"variant {variant.name!r}: no baseline {kind!r} to build")
+    cls = {"lion": DDPLion, "adamw": DDPAdamW}[variant.inner]  # the values of INNER (src/optim/ddp.py)
     return cls(groups, comm_hook=variant.comm_hook, group=group, **common)

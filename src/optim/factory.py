@@ -35,12 +35,12 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import Lion
 from src.optim.lion_cub import LionCub
 from src.optim.momentum_sync import named_parameters_with_aliases
-from src.optim.overlap import mode_name, overlap_mode
+from src.utils.run_label import mode_name, overlap_mode
 from src.optim.variant import Variant
 
 def is_auto(variant: Variant) -> bool:
     """Whether `variant` asks for `reducer: auto` (and so needs the network's alpha and beta)."""
-    return variant.optimizer == "lion_cub" and variant.reducer.get("name") == "auto"
+    return variant.reducer is not None and variant.reducer.get("name") == "auto"
 
 
 def resolve_auto(variant: Variant, world_size: int, numel: int, network: Network | NetworkCosts | None,
@@ -75,8 +75,10 @@ def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.n
     if kind in BASELINE_KEYS:
         params = None if model is None else trainable(parameter_groups(model, 0.0))
         return validate_baseline(kind, variant, world_size, model, params)
+    if kind in ("lion", "lion_grad_allreduce"):  # their keys' types and ranges are all there is to check
+        return None
     if kind != "lion_cub":
-        return
+        raise ValueError(f"variant {variant.name!r}: no check for optimizer {kind!r}")
     options = dict(variant.reducer)
     if "name" not in options:
         raise ValueError(f"variant {variant.name!r}: lion_cub needs reducer.name")
@@ -138,6 +140,8 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
     if kind in BASELINE_KEYS:
         return build_baseline(kind, model, variant, groups, lr=lr, betas=betas, weight_decay=weight_decay,
                               group=group)
+    if kind != "lion_cub":
+        raise ValueError(f"variant {variant.name!r}: no optimizer {kind!r} to build")
     world_size = dist.get_world_size(group) if dist.is_initialized() else 1
     variant, choice = resolve_auto(variant, world_size, _numel(model), network, ranks_per_node)
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant.reducer),

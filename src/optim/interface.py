@@ -10,15 +10,16 @@
 - `adjustments()`: every value the optimizer uses in place of the one its configuration asked for (a field width
   widened to hold the world's sums, `reducer: auto`'s pick), for the start-of-run lines and `summary.json`;
 - `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.reducers.auto.AutoChoice), None otherwise;
-- `speculates()`, `speculation_vote()`, `resolve_speculation(held)`, `overlap_hit`, `overlap_record()`: an optimizer
-  that launches its collectives during backward, speculating that no rank clips (LionCub with `overlap: backward`,
-  src/optim/speculation.py): the loop folds `speculation_vote()` and its clip flag into the non-finite vote and
-  hands every rank's verdict (and the most chunks any rank launched) to `resolve_speculation` before `step()`; `overlap_hit` says whether the last step's
-  speculation held (None: none made), `overlap_record()` the mode and hit rate for summary.json (None for the rest);
+- `backward_overlap`: None, except for an optimizer that launches its collectives during backward, speculating that
+  no rank clips (LionCub with `overlap: backward`): its `BackwardOverlap` (src/optim/speculation.py), which owns
+  the speculation's fields of the step's agreement (`register`, `propose` with the clip coefficient), its verdict
+  (`resolve`, before `step()`), whether the last step's speculation held (`hit`) and its counts for summary.json
+  (`speculations`, `hits`);
 - `kernels_record()`: for the optimizers with a choice of kernels (`variant.kernels`: LionCub, GradAllreduceLion),
-  what runs (requested, used, fused, why: summary.json `kernels`), None for the others.
-Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the non-finite vote
-and evaluation.
+  what runs (requested, used, fused, why, and per phase which code ran it: summary.json `kernels`), None for the
+  others.
+Not counted by `wire_plan`: Lion Cub's occasional momentum synchronisation, the replica guard, the step's agreement
+(src/comm/agreement.py) and evaluation.
 
 It also gives its optimizers torch's `add_param_group`, `zero_grad`, `state_dict` and `load_state_dict` without
 their `torch._disable_dynamo` wrapper. That wrapper exists to keep torch.compile from tracing into them; its
@@ -53,28 +54,13 @@ class LoopOptimizer:
     state_dict = _without_dynamo_guard(Optimizer.state_dict)
     load_state_dict = _without_dynamo_guard(Optimizer.load_state_dict)
 
-    overlap_hit = None  # whether the last step's speculation held (None: no speculation was made)
+    backward_overlap = None  # src.optim.speculation.BackwardOverlap, for an optimizer that speculates during backward
 
     def settle(self, phase: str | None = None) -> None:
         """Finish the work in flight, if any (nothing is in flight unless the step overlaps the next forward)."""
 
-    def speculates(self) -> bool:
-        """Whether the step launches collectives during backward, speculating that no rank clips."""
-        return False
-
-    def speculation_vote(self) -> tuple[bool, int] | None:
-        """This rank's part of the agreement on a speculation in flight and the chunks it launched (None: none)."""
-        return None
-
-    def resolve_speculation(self, held: bool, launched: int | None = None) -> None:
-        """Every rank's verdict on the speculation in flight (nothing to resolve here)."""
-
     def remove_hooks(self) -> None:
         """Remove the hooks the optimizer installed on the model or its parameters (none here)."""
-
-    def overlap_record(self) -> dict | None:
-        """The overlap mode and the speculation's hit rate, for summary.json (None: the optimizer has none)."""
-        return None
 
     def wire_bytes(self, numel: int) -> int:
         """Bytes this rank sends per step for `numel` trainable elements (0: the optimizer does not communicate)."""
@@ -93,4 +79,10 @@ class LoopOptimizer:
         choice = self.kernel_choice
         if choice is None:
             return None
-        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why}
+        return {"requested": choice.requested, "used": choice.backend, "fused": bool(self.fused), "why": choice.why,
+                "phases": self.kernel_phases()}
+
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step: here the whole step on the chosen backend
+        (LionCub says it per phase)."""
+        return {"step": self.kernel_choice.backend}

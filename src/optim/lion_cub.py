@@ -25,8 +25,8 @@ during the next forward pass (`finish_through`, from the hooks `hook_forward` in
 is bitwise that of the synchronous step. `layout_order` orders the parameters in the layout (the factory passes
 the model's registration order: the overlapped step needs the first chunks to hold the first modules' parameters).
 With `overlap="backward"` (src/optim/speculation.py) the chunks are encoded and launched during backward, as their
-gradients become final, speculating that no rank clips; the loop's vote says whether that held
-(`speculation_vote`, `resolve_speculation`), and `step()` applies the launched chunks or reduces again, bitwise the
+gradients become final, speculating that no rank clips; `backward_overlap` (a `BackwardOverlap`) owns that: the
+step's agreement says whether it held, and `step()` applies the launched chunks or reduces again, bitwise the
 synchronous step either way; the layout is then in reverse registration order. `"both"` does both.
 
 Steps count from 1 (the tie rule alternates on step parity). The optimizer and its reducer share one timer (the
@@ -48,17 +48,19 @@ from typing import Iterable, Mapping, Sequence
 import torch
 from torch.optim import Optimizer
 
-from src.comm import REDUCERS, Reducer, make_reducer
+from src.comm import Reducer, make_reducer
 from src.comm.codecs.backend import KernelChoice, choose
 from src.comm.reducers.chunked import ChunkedReducer
+from src.comm.reducers.registry import reducer_class
 from src.comm.transport.pipeline import PIPELINE_DEPTH, Pipeline
-from src.optim.chunked_step import ChunkedLionCub
+from src.optim.chunked_step import ChunkedLionCub, StepRun
 from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
-from src.optim.overlap import OVERLAPPED, ForwardOverlap, mode_name, overlap_mode
+from src.optim.overlap import OVERLAPPED, ForwardOverlap
 from src.optim.shards import local
-from src.optim.speculation import Backoff, Speculation
+from src.optim.speculation import BackwardOverlap
+from src.utils.run_label import mode_name, overlap_mode
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
@@ -109,19 +111,13 @@ class LionCub(LoopOptimizer, Optimizer):
         if backward and self.reducer.check_finite:
             raise ValueError("LionCub: overlap=backward encodes buckets during backward, before the whole vector "
                              "could be checked; check_finite=true needs overlap false or forward")
-        self.overlap, self.speculate = forward, backward
+        self.overlap = forward
         self.overlap_mode = mode_name(overlap)
         self.kernel_choice, self._path = self._step_path(choice, names)
         self.forward_overlap: ForwardOverlap | None = None
         self._inflight: Pipeline | None = None  # the overlapped step's chunks, still in flight
-        self._speculation: Speculation | None = None  # this step's chunks launched during backward
-        self._verdict: tuple | None = None  # every rank's verdict and launched chunks (resolve_speculation)
-        self.overlap_hit: bool | None = None  # whether the last step's speculation held (None: none made)
-        self.speculations = self.hits = 0
-        self.backoff = Backoff()  # which steps speculate after a miss (src/optim/speculation.py)
-        self.warned_twice = False  # a gradient arrived twice before a step (warned once)
-        self._grad_hooks = [p.register_post_accumulate_grad_hook(self._grad_hook(k))
-                            for k, p in enumerate(self._params)] if backward else []
+        self.backward_overlap = BackwardOverlap(self, self._params, self._path.speculates_by_bucket) \
+            if backward else None
         self._steps = 0
 
     def _build_reducer(self, reducer: str | Mapping | Reducer, timer: PhaseTimer, backend: str) -> Reducer:
@@ -134,7 +130,7 @@ class LionCub(LoopOptimizer, Optimizer):
             raise ValueError("LionCub: the kernels are chosen once, by LionCub(kernels=...) (variant.kernels), "
                              "not in the reducer mapping")
         name = options.pop("name")
-        if name in REDUCERS and "kernels" in inspect.signature(REDUCERS[name].__init__).parameters:
+        if "kernels" in inspect.signature(reducer_class(name, options.get("module")).__init__).parameters:
             options["kernels"] = backend
         return make_reducer(name, self.group, segments=self._sizes, timer=timer, **options)
 
@@ -169,6 +165,16 @@ class LionCub(LoopOptimizer, Optimizer):
     def fused(self) -> bool:
         """Whether the step runs fused over flat buffers (src/optim/fused/lion_cub.py)."""
         return self._path.fused
+
+    def kernel_phases(self) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of the step, for summary.json: the fused step's Triton
+        kernels; else the reducer's codecs on the chosen backend (a quantization method or statistic without code for
+        it runs torch: its src.quant.METHODS entry says) and torch's foreach update."""
+        if self.fused:
+            return self._path.phases()
+        if isinstance(self.reducer, ChunkedReducer):
+            return {**self.reducer.phases(self.kernels), "update": "torch"}
+        return {"reduce": "torch", "update": "torch"}  # a whole-vector reducer runs torch code only
 
     # --- state ------------------------------------------------------------------------------------------------
     def _momentum(self, k: int) -> torch.Tensor:
@@ -242,9 +248,10 @@ class LionCub(LoopOptimizer, Optimizer):
         self.settle()
         loss = evaluate_closure(closure)
         step = self._steps + 1
-        missed = self._speculation is not None and not (self._verdict and self._verdict[0])  # timed as `redo`
+        overlap = self.backward_overlap
+        missed = overlap is not None and overlap.missed  # the reduction again is timed as `redo`
         with self.timer.phase("redo") if missed else contextlib.nullcontext():
-            pipeline = self._speculated()
+            pipeline = overlap.take() if overlap is not None else None
             if pipeline is None:
                 pipeline = self._launch(step)
             if self.overlap:  # the next forward pass applies the directions (finish_through)
@@ -259,12 +266,18 @@ class LionCub(LoopOptimizer, Optimizer):
             self._path.sync_momenta(self._sync_mask, self.world_size, self.group)
         return loss
 
+    def begin(self, step: int, defer_momentum: bool = False) -> StepRun:
+        """Step `step` begun over every parameter (their momenta made first): the run whose chunks are launched;
+        with `defer_momentum` (the backward overlap's speculation) the encodes leave the momentum to
+        `commit_momentum`."""
+        for k in range(len(self._params)):
+            self._momentum(k)
+        return self._path.begin(step, self.param_groups, defer_momentum=defer_momentum)
+
     def _launch(self, step: int) -> Pipeline:
         """Every chunk of this step encoded, its momentum stepped, its collective launched (two in flight, or all
         of them with forward overlap: then only what the applies need is kept)."""
-        for k in range(len(self._params)):
-            self._momentum(k)
-        run = self._path.begin(step, self.param_groups)
+        run = self.begin(step)
         chunks = run.reduction.plan.chunks
         depth = len(chunks) if self.overlap else PIPELINE_DEPTH  # overlap: every chunk in flight
         pipeline = Pipeline(run.start, self.timer, depth).launch(chunks)
@@ -273,76 +286,18 @@ class LionCub(LoopOptimizer, Optimizer):
         return pipeline
 
     # --- the speculative step (src/optim/speculation.py) -------------------------------------------------------
-    def _grad_hook(self, k: int):
-        def hook(param: torch.Tensor) -> None:
-            with torch.no_grad():
-                if self._speculation is None:
-                    if not self.backoff.speculates(self._steps + 1):
-                        return  # a recent miss: this step's chunks are launched by step()
-                    self.settle()  # the last step's chunks first, in the same order on every rank
-                    self._speculation = Speculation(self, self._steps + 1)
-                    self._verdict = None
-                    torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
-                self._speculation.grad_ready(k)
-        return hook
-
-    def _end_of_backward(self) -> None:
-        if self._speculation is not None:
-            with torch.no_grad():
-                self._speculation.end_of_backward()
+    def _drop_speculation(self) -> None:
+        """Drop a speculation no step took (the backward overlap waits for its collectives)."""
+        if self.backward_overlap is not None:
+            self.backward_overlap.drop()
 
     def remove_hooks(self) -> None:
         """Remove the gradient hooks of `overlap: backward` and the forward hooks of `hook_forward`."""
-        for handle in self._grad_hooks:
-            handle.remove()
-        self._grad_hooks = []
+        if self.backward_overlap is not None:
+            self.backward_overlap.remove()
         if self.forward_overlap is not None:
             self.forward_overlap.remove()
             self.forward_overlap = None
-
-    def speculates(self) -> bool:
-        return self.speculate
-
-    def overlap_record(self) -> dict | None:
-        """`variant.overlap`'s mode and, when it speculates, how many steps speculated and how many held."""
-        if self.overlap_mode == "false":
-            return None
-        rate = self.hits / self.speculations if self.speculations else None
-        return {"mode": self.overlap_mode, "speculations": self.speculations, "hits": self.hits, "hit_rate": rate}
-
-    def speculation_vote(self) -> tuple[bool, int] | None:
-        """This rank's part of the agreement on the speculation in flight (None: none): whether the collectives
-        launched during backward may still be the step's own (the loop ANDs its clip flag in), and how many chunks
-        it launched (the ranks agree on the most)."""
-        return None if self._speculation is None else self._speculation.vote()
-
-    def resolve_speculation(self, held: bool, launched: int | None = None) -> None:
-        """Every rank's verdict on the speculation in flight: true only when no rank changed its gradients after
-        backward (no clipping) and every rank's `speculation_vote()` was true; `launched`, the most chunks any rank
-        launched (None: the same on every rank). `step()` then applies the launched chunks, or reduces again from
-        the gradients as they are. A step without a verdict reduces again."""
-        if self._speculation is not None:
-            self._verdict = (bool(held), launched)
-
-    def _speculated(self) -> Pipeline | None:
-        """The speculation's pipeline when it held (its momentum committed), else None (dropped, or none made)."""
-        speculation, (held, launched) = self._speculation, self._verdict or (False, None)
-        self._speculation = self._verdict = None
-        if speculation is None:
-            self.overlap_hit = None
-            return None
-        pipeline = speculation.resolve(held, launched)
-        self.speculations += 1
-        self.hits += pipeline is not None
-        self.overlap_hit = pipeline is not None
-        self.backoff.record(speculation.step, self.overlap_hit)
-        return pipeline
-
-    def _drop_speculation(self) -> None:
-        """Wait for and drop the collectives of a speculation no step took (every rank does: a skipped step)."""
-        if self._speculation is not None:
-            self._speculation.resolve(False, self._verdict[1] if self._verdict else None)
-            self._speculation = self._verdict = None
 
     # --- the overlapped step (src/optim/overlap.py) ----------------------------------------------------------
     @torch.no_grad()

@@ -33,34 +33,7 @@ from __future__ import annotations
 import torch
 
 OVERLAPPED = "overlapped"  # the phase of an overlapped step's work done inside the next forward pass
-# `variant.overlap`: false; true or forward (this module); backward (src/optim/speculation.py); both
-OVERLAP_MODES = (False, True, "forward", "backward", "both")
-
-
-def overlap_mode(value) -> tuple[bool, bool]:
-    """(directions applied in the next forward pass, buckets launched during backward) for a `variant.overlap`."""
-    if value is False or value is None or value == "false":
-        return False, False
-    if value is True or value == "forward":
-        return True, False
-    if value == "backward":
-        return False, True
-    if value == "both":
-        return True, True
-    raise ValueError(f"overlap={value!r}: choose one of false, true (= forward), forward, backward, both")
-
-
-def label_suffix(value) -> str:
-    """What a run's label adds for its overlap: `+overlap` (forward), `+overlap_backward`, `+overlap_both`, or ''."""
-    return {"false": "", "forward": "+overlap", "backward": "+overlap_backward", "both": "+overlap_both"}[
-        mode_name(value)]
-
-
-def mode_name(value) -> str:
-    """The mode's name: false, forward, backward or both."""
-    forward, backward = overlap_mode(value)
-    return {(False, False): "false", (True, False): "forward", (False, True): "backward", (True, True): "both"}[
-        (forward, backward)]
+# `variant.overlap`'s modes and the run label they give: src/utils/run_label.py
 
 
 class ForwardOverlap:

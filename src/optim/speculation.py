@@ -7,25 +7,34 @@ and s is known only once backward has produced every gradient. So the step specu
   encoded and its collective launched as soon as every parameter it holds (with per-layer scales: every parameter of
   the chunks its scales read) is ready, in chunk order, so every rank issues the same collectives in the same order.
   The momentum is not stepped (`defer_momentum`). Chunks still waiting when backward ends (an autograd engine
-  callback marks the end: they hold a parameter without a gradient) wait for the vote. The tied embedding of a GPT
-  gets its gradient last (the embedding lookup is the forward's first op), so its chunks start only as backward
+  callback marks the end: they hold a parameter without a gradient) wait for the agreement. The tied embedding of a
+  GPT gets its gradient last (the embedding lookup is the forward's first op), so its chunks start only as backward
   ends: two thirds of the wire of GPT-2++ 38.7M with the GPT-2 vocabulary, 5 % at 774M;
-- the loop clips and votes (src/engine/loop.py): each rank's flag "my gradients are unchanged since backward" and
-  the number of chunks it launched ride in the non-finite vote's MIN allreduce (on a group of its own), so the ranks
-  agree with no extra host synchronisation;
-- `resolve(held, launched)`: every rank first launches the chunks that any rank launched (the same collectives on
-  every rank, also where a parameter without a gradient kept a chunk waiting on one rank only). If every rank held,
-  the launched collectives are the step's own (c was computed from exactly the gradients the synchronous step reads:
-  torch's clip multiplies by 1.0, which changes no bit), so the rest are launched, the momentum is committed (the
-  same operations on the same slices) and the directions are applied; otherwise every rank waits for the launched
-  collectives, drops them (`Pipeline.abandon`: no second stage, nothing applied) and the step reduces again from the
-  clipped gradients, as the synchronous step does. Either way the parameters and momenta are bitwise the synchronous
-  step's (tests/test_speculation.py). A parameter without a gradient takes zeros, as in the synchronous step.
+- the loop clips, and the ranks agree (src/engine/loop.py): this module owns two fields of the step's agreement
+  (src/comm/agreement.py), `held` (all: this rank's gradients are those its chunks were encoded from, i.e. the
+  coefficient torch's clip multiplied them by is exactly 1, and no gradient arrived twice and no hyperparameter
+  changed since backward) and `launched` (max: the chunks it launched during backward); they ride in the step's one
+  collective (on a group of its own), so the ranks agree with no host synchronisation of their own;
+- `resolve(agreed)`, then `step()`: every rank first launches the chunks that any rank launched (the same
+  collectives on every rank, also where a parameter without a gradient kept a chunk waiting on one rank only). If
+  every rank held, the launched collectives are the step's own (c was computed from exactly the gradients the
+  synchronous step reads: torch's clip multiplies by 1.0, which changes no bit), so the rest are launched, the
+  momentum is committed (the same operations on the same slices) and the directions are applied; otherwise every
+  rank waits for the launched collectives, drops them (`Pipeline.abandon`: no second stage, nothing applied) and the
+  step reduces again from the clipped gradients, as the synchronous step does. Either way the parameters and
+  momenta are bitwise the synchronous step's (tests/test_speculation.py). A parameter without a gradient takes
+  zeros, as in the synchronous step.
 
+`BackwardOverlap` is all of it for one optimizer (`LionCub.backward_overlap`; None for every other optimizer): the
+gradient hooks (`ready(k)`), the step's `Speculation`, the fields (`register(agreement)`, `propose(agreement,
+coefficient)`), the verdict (`resolve(agreed)`), the backoff and the hit counts (`hit`, `speculations`, `hits`);
+`step()` takes the resolved pipeline (`take()`). It drives the optimizer through its public `begin(step,
+defer_momentum=True)` (the step's run over every parameter, momenta made), `settle()`, `steps_done`, `param_groups`,
+`timer` and `reducer`.
 A speculation is also dropped (the step redone) when a parameter's gradient arrives twice before the step (two
-backward passes: gradient accumulation) or the hyperparameters changed between backward and the step; the loop folds
-that into the vote, so every rank decides alike. A direct user without the loop calls `LionCub.resolve_speculation`
-with every rank's verdict; a step that finds its speculation unresolved redoes it.
+backward passes: gradient accumulation) or the hyperparameters changed between backward and the step: `held` is
+false then, so every rank decides alike. A direct user without the loop (and without clipping) calls
+`backward_overlap.agree()` on every rank before `step()`; a step that finds its speculation unresolved redoes it.
 
 Backoff: a missed speculation costs its wasted wire time (the ranks wait for it) and the whole reduction again. When
 clipping triggers step after step (the laptop GPT's gradient norm stays above the paper's clip of 1.0 for its first
@@ -47,12 +56,17 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
+from typing import Mapping, Sequence
 
+import torch
+
+from src.comm.agreement import Agreement
 from src.comm.transport.pipeline import Pipeline
 
 BACKWARD_OVERLAPPED = "overlapped_backward"  # the phase of the step's work done inside backward
 WIRE_BEHIND_BACKWARD = "wire_behind_backward"  # from the first launch to the end of backward
 MAX_WAIT = 64  # the most steps a miss keeps the step from speculating
+HELD, LAUNCHED = "held", "launched"  # this module's fields of the step's agreement (src/comm/agreement.py)
 
 
 class Backoff:
@@ -77,15 +91,14 @@ def hyper_key(param_groups: list[dict]) -> tuple:
 class Speculation:
     """One step's chunks, launched during backward as if no rank clipped (see the module doc)."""
 
-    def __init__(self, optimizer, step: int):
-        self.optimizer, self.step = optimizer, step
+    def __init__(self, optimizer, step: int, by_chunk: bool):
+        self.optimizer, self.step, self.by_chunk = optimizer, step, by_chunk
         self.hyper = hyper_key(optimizer.param_groups)
         self.valid = True  # false: a gradient arrived twice before the step
         self.ready: set[int] = set()
         self.backward_ended = False
         self.run = self.pipeline = None
         self._started_at = None
-        self.by_chunk = optimizer._path.speculates_by_bucket
         if self.by_chunk:
             self._begin()
             self._plan_waits()
@@ -94,9 +107,7 @@ class Speculation:
     def _begin(self, phase: str | None = BACKWARD_OVERLAPPED) -> None:
         optimizer = self.optimizer
         with optimizer.timer.phase(phase) if phase else contextlib.nullcontext():
-            for k in range(len(optimizer._params)):
-                optimizer._momentum(k)
-            self.run = optimizer._path.begin(self.step, optimizer.param_groups, defer_momentum=True)
+            self.run = optimizer.begin(self.step, defer_momentum=True)
         self.chunks = self.run.reduction.plan.chunks
         self.pipeline = Pipeline(self.run.start, optimizer.timer, max(len(self.chunks), 1))
 
@@ -124,11 +135,6 @@ class Speculation:
     def grad_ready(self, k: int) -> None:
         """Parameter k's gradient is final for this backward: launch every chunk that no longer waits."""
         if k in self.ready or self.backward_ended:
-            if self.valid and not self.optimizer.warned_twice:
-                warnings.warn("LionCub: a gradient arrived twice before step() (two backward passes per step?); the "
-                              "step reduces again from the gradients as they are (the result is exact, the wire is "
-                              "not hidden). Call step() after each backward, or use variant.overlap=forward")
-                self.optimizer.warned_twice = True
             self.valid = False  # a second backward pass before the step: its gradients are not the encoded ones
             return
         self.ready.add(k)
@@ -139,7 +145,7 @@ class Speculation:
         self._launch(lambda index: self.missing[index] == 0)
 
     def end_of_backward(self) -> None:
-        """Backward has finished: the chunks not launched yet wait for the vote (see the module doc)."""
+        """Backward has finished: the chunks not launched yet wait for the agreement (see the module doc)."""
         if self.backward_ended:
             return
         self.backward_ended = True
@@ -155,12 +161,8 @@ class Speculation:
                 self.pipeline.launch([self.chunks[self.next]])
                 self.next += 1
 
-    def vote(self) -> tuple[bool, int]:
-        """(this rank's part of the vote, beside its clip flag; the chunks it launched during backward)."""
-        return self.local_vote(), self.next
-
     def local_vote(self) -> bool:
-        """This rank's part of the vote, beside its clip flag: the launched collectives may still be the step's."""
+        """This rank's part of `held`, beside its clip coefficient: the launched collectives may still be the step's."""
         return self.valid and self.backward_ended and hyper_key(self.optimizer.param_groups) == self.hyper
 
     def resolve(self, held: bool, launched: int | None = None) -> Pipeline | None:
@@ -178,8 +180,8 @@ class Speculation:
                    else "the hyperparameters changed after backward")
             raise RuntimeError(
                 f"LionCub: step {self.step} was told its speculation held on every rank, but on this rank {why}; "
-                "fold `speculation_vote()` into the ranks' agreement before `resolve_speculation` (the training loop "
-                "does: src/engine/loop.py)")
+                "`BackwardOverlap.propose` this rank's part in the ranks' agreement before `resolve` (the training "
+                "loop does: src/engine/loop.py)")
         if held:
             self._launch(lambda index: True, phase=None)
             self.run.commit_momentum()
@@ -187,3 +189,116 @@ class Speculation:
             return self.pipeline
         self.pipeline.abandon()
         return None
+
+
+TWICE = ("LionCub: a gradient arrived twice before step() (two backward passes per step?); the step reduces again "
+         "from the gradients as they are (the result is exact, the wire is not hidden). Call step() after each "
+         "backward, or use variant.overlap=forward")
+
+
+class BackwardOverlap:
+    """The backward overlap of one LionCub optimizer over its layout's `params` (see the module doc); `by_chunk`:
+    whether a chunk may launch before backward has finished every gradient (the step path says)."""
+
+    def __init__(self, optimizer, params: Sequence[torch.Tensor], by_chunk: bool):
+        self.optimizer, self.by_chunk = optimizer, by_chunk
+        self.speculation: Speculation | None = None  # this step's chunks launched during backward
+        self.verdict: tuple[bool, int] | None = None  # every rank's (held, most chunks launched): `resolve`
+        self.hit: bool | None = None  # whether the last step's speculation held (None: none made)
+        self.speculations = self.hits = 0
+        self.backoff = Backoff()  # which steps speculate after a miss
+        self.warned_twice = False  # a gradient arrived twice before a step (warned once)
+        self._handles = [p.register_post_accumulate_grad_hook(self._hook(k)) for k, p in enumerate(params)]
+
+    def _hook(self, k: int):
+        def hook(param: torch.Tensor) -> None:
+            self.ready(k)
+        return hook
+
+    @torch.no_grad()
+    def ready(self, k: int) -> None:
+        """Parameter k's gradient is final for this backward: a speculation begins with the first (unless the
+        backoff waits), then launches every chunk that no longer waits."""
+        if self.speculation is None:
+            step = self.optimizer.steps_done + 1
+            if not self.backoff.speculates(step):
+                return  # a recent miss: this step's chunks are launched by step()
+            self.optimizer.settle()  # the last step's chunks first, in the same order on every rank
+            self.speculation, self.verdict = Speculation(self.optimizer, step, self.by_chunk), None
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        self.speculation.grad_ready(k)
+        if not self.speculation.valid and not self.warned_twice:
+            warnings.warn(TWICE)
+            self.warned_twice = True
+
+    def _end_of_backward(self) -> None:
+        if self.speculation is not None:
+            with torch.no_grad():
+                self.speculation.end_of_backward()
+
+    def register(self, agreement: Agreement) -> None:
+        """Register `held` (all) and `launched` (max) in the step's agreement (once, before training)."""
+        agreement.register(HELD, "all", owner=__name__)
+        agreement.register(LAUNCHED, "max", owner=__name__)
+
+    def propose(self, agreement: Agreement, coefficient: torch.Tensor | None) -> None:
+        """This rank's part of the agreement on the speculation in flight (nothing when none): `held` where the clip
+        `coefficient` torch multiplied the gradients by is exactly 1 (None: not clipped) and the speculation's own
+        check passes; `launched`, the chunks it launched during backward. No host synchronisation."""
+        if self.speculation is None:
+            return
+        local = self.speculation.local_vote()
+        agreement.propose(HELD, local if coefficient is None else (coefficient == 1.0) & local)
+        agreement.propose(LAUNCHED, self.speculation.launched)
+
+    def resolve(self, agreed: Mapping[str, int]) -> None:
+        """Every rank's verdict on the speculation in flight, read by name from the step's agreement: `step()` then
+        applies the launched chunks (every rank held) or reduces again. A step without a verdict reduces again."""
+        if self.speculation is not None:
+            self.verdict = (bool(agreed[HELD]), int(agreed[LAUNCHED]))
+
+    def agree(self, group=None) -> None:
+        """For a direct user without the training loop (no clipping): every rank of `group` calls this after
+        backward; they agree on the speculation in flight (an agreement of this module's fields) and resolve it."""
+        agreement = Agreement(group)
+        self.register(agreement)
+        self.propose(agreement, None)
+        self.resolve(agreement.reach())
+
+    @property
+    def missed(self) -> bool:
+        """A speculation is in flight and the ranks did not agree that it held (the step reduces again)."""
+        return self.speculation is not None and not (self.verdict and self.verdict[0])
+
+    def take(self) -> Pipeline | None:
+        """For `step()`: the speculation's pipeline when it held (its momentum committed), else None (dropped, or
+        none made); counts the hit."""
+        speculation, (held, launched) = self.speculation, self.verdict or (False, None)
+        self.speculation = self.verdict = None
+        if speculation is None:
+            self.hit = None
+            return None
+        pipeline = speculation.resolve(held, launched)
+        self.speculations += 1
+        self.hits += pipeline is not None
+        self.hit = pipeline is not None
+        self.backoff.record(speculation.step, self.hit)
+        return pipeline
+
+    def drop(self) -> None:
+        """Wait for and drop the collectives of a speculation no step took (every rank does: a skipped step)."""
+        if self.speculation is not None:
+            self.speculation.resolve(False, self.verdict[1] if self.verdict else None)
+            self.speculation = self.verdict = None
+
+    def remove(self) -> None:
+        """Remove the gradient hooks."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def speculation_record(overlap: BackwardOverlap | None) -> dict:
+    """How many steps speculated, how many held and the hit rate (None: none speculated), for summary.json."""
+    speculations, hits = (overlap.speculations, overlap.hits) if overlap is not None else (0, 0)
+    return {"speculations": speculations, "hits": hits, "hit_rate": hits / speculations if speculations else None}

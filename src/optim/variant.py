@@ -39,7 +39,7 @@ from src.optim.bitdp import LAYERS as BITDP_LAYERS
 from src.optim.ddp import COMM_HOOKS, INNER
 from src.optim.grad_allreduce import COMM_DTYPES
 from src.optim.momentum_sync import MomentumSync
-from src.optim.overlap import OVERLAP_MODES
+from src.utils.run_label import OVERLAP_MODES
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)

@@ -16,7 +16,7 @@ from src.optim.variant import Variant
 def largest_world_size(variant: Variant) -> int | None:
     """The largest number of ranks `variant` runs with; None when there is no bound (or the reducer is invalid,
     which its own check reports)."""
-    if variant.optimizer != "lion_cub" or not variant.reducer:
+    if not variant.reducer:  # only lion_cub's variants have one (src/optim/variant.py)
         return None
     options = dict(variant.reducer)
     name = options.pop("name", None)

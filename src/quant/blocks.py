@@ -3,12 +3,15 @@
 A flat update vector is cut into segments (the parameter tensors). Each segment is laid out at a multiple of
 `BLOCK` elements and zero-padded to one (`BlockLayout`), so that every block of `BLOCK` elements belongs to one
 segment. Then, with one pass and no loop over segments:
-- `block_stats`: per block, sum |x| (`l1`, added as a fixed tree: `fold_sum`) or max |x| (the others), one row
-  reduction of a [blocks, BLOCK] view (`block_stats_of_pieces`: the same from the unpadded pieces of a range);
+- `block_stats`: per block, a method's `Statistic` of |x| (`MEAN_ABS`: the sum, added as a fixed tree: `fold_sum`;
+  `MAX_ABS`: the maximum), one row reduction of a [blocks, BLOCK] view (`block_stats_of_pieces`: the same from the
+  unpadded pieces of a range);
 - `segment_inverse`: per segment, the inverse scale, from its blocks' statistics with one `segment_reduce`
   (sums accumulate in float64, in block order: deterministic, and the same whether the blocks were computed all at
   once or chunk by chunk, as the pipelined reducers do);
 - `quantize_blocks`: the codes of a [blocks, BLOCK] view, each block scaled by its segment's inverse scale.
+Every function takes the method's entry (src.quant.METHODS[name]: its statistic, scale and code) or its statistic,
+never a method's name: a method is described in one place, and nothing here names one.
 `src.quant.quantize` (the reference) and the reducers' encoders (src/comm/codecs/) share these functions, and the C
 loops and Triton kernels add a block's magnitudes in the same fixed tree, so codes and block statistics are the
 same bit for bit on every backend. Zero padding adds nothing to a sum or a maximum.
@@ -20,13 +23,17 @@ differ from it.
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+if TYPE_CHECKING:
+    from src.quant.quantizers import Method
+
 BLOCK = 128
 STATS_SLICE = 1 << 16  # elements per pass of block_stats' scratch buffer (fits a core's L2 cache)
-STOCHASTIC_METHODS = ("linf", "linf_nozero")  # stochastic rounding: noise drawn per step
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -111,34 +118,67 @@ def fold_sum(rows: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tenso
     return rows[:, 0] if out is None else out.copy_(rows[:, 0])
 
 
-SCALED = ("l1", "linf", "linf_nozero", "log")  # the methods with per-segment scales, each named in every rule here
+def resolve(reference):
+    """A method's or statistic's kernel code as given: an object, None, or "module:name" of one (imported on first
+    use, so that src.quant imports no Triton; a name that does not resolve is an ImportError/AttributeError naming
+    it)."""
+    if not isinstance(reference, str):
+        return reference
+    if reference not in _RESOLVED:
+        module, _, name = reference.partition(":")
+        _RESOLVED[reference] = getattr(importlib.import_module(module), name)
+    return _RESOLVED[reference]
 
 
-def unscaled(method: str) -> ValueError:
-    """The error of a block rule asked for a method it has no case for (no silent fallback to another rule)."""
-    return ValueError(f"src/quant/blocks.py has no per-segment scale rule for method {method!r}; the scaled methods "
-                      f"are {', '.join(SCALED)} (a new method needs its case in _reduce_rows, segment_inverse and "
-                      "quantize_blocks)")
+_RESOLVED: dict[str, object] = {}
 
 
-def _reduce_rows(method: str):
-    """The row statistic of `method`: the fixed-tree sum for l1, the (NaN-propagating) maximum for linf,
-    linf_nozero and log."""
-    if method == "l1":
-        return lambda rows, dim, out=None: fold_sum(rows, out)
-    if method in ("linf", "linf_nozero", "log"):
-        return torch.amax
-    raise unscaled(method)
+@dataclass(frozen=True)
+class Statistic:
+    """A per-block statistic of |x| and its per-segment combination (the denominator of a method's scale).
+
+    - `name`: what it is, for messages;
+    - `rows(magnitude, dim=1, out=None)` (torch.amax's signature): per row of a [n, BLOCK] view of |x|, the
+      block's value ([n] float32; an all-zero block's is 0, so that padding changes nothing);
+    - `segments(stats, blocks_per_segment, sizes)`: per segment, from its consecutive blocks' values (float32);
+    - `triton`: the same per-row value in Triton, `(a, ROWS) -> [ROWS]` of a [ROWS, BLOCK] tile of |x| (a
+      @triton.jit function or "module:name" of one), None where it has none (the torch code runs);
+    - `native`: the name of the C loop `(out, x, rows)` in src/comm/codecs/native_kernels.c, None where it has none.
+    Every backend's code gives the same bits (fixed addition order: `fold_sum`)."""
+    name: str
+    rows: Callable[..., torch.Tensor]
+    segments: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    triton: object = None
+    native: str | None = None
 
 
-def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = None,
+def _sum_rows(rows: torch.Tensor, dim: int = 1, out: torch.Tensor | None = None) -> torch.Tensor:
+    return fold_sum(rows, out)
+
+
+def _segment_mean(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    """Blocks' sums added in float64, in block order, over the segment's size."""
+    sums = torch.segment_reduce(stats.double(), "sum", lengths=blocks_per_segment, unsafe=True)
+    return (sums / sizes).float()
+
+
+def _segment_max(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+    return torch.segment_reduce(stats, "max", lengths=blocks_per_segment, unsafe=True, initial=0.0)
+
+
+MEAN_ABS = Statistic("mean |x|", _sum_rows, _segment_mean, triton="src.quant.triton_codes:fold_sum_rows",
+                     native="lc_block_l1")
+MAX_ABS = Statistic("max |x|", torch.amax, _segment_max, triton="src.quant.triton_codes:max_rows")  # amax: NaN kept
+
+
+def block_stats(blocks: torch.Tensor, statistic: Statistic, out: torch.Tensor | None = None,
                 buffer: torch.Tensor | None = None) -> torch.Tensor:
-    """Per row of a [n, BLOCK] float32 view: sum |x| for `l1` (`fold_sum`), max |x| for the other scaled methods.
+    """Per row of a [n, BLOCK] float32 view, `statistic`'s value of |x| (a method's `statistic`).
 
     With `out` ([n]) and `buffer` (at least STATS_SLICE floats) it works through the rows a slice at a time in that
     small buffer; every row's result is the same either way (rows are reduced one by one).
     """
-    reduce = _reduce_rows(method)
+    reduce = statistic.rows
     if out is None or buffer is None:
         return reduce(blocks.abs(), dim=1)
     rows = STATS_SLICE // BLOCK
@@ -149,13 +189,13 @@ def block_stats(blocks: torch.Tensor, method: str, out: torch.Tensor | None = No
     return out
 
 
-def block_stats_of_pieces(pieces: Sequence[tuple[torch.Tensor, int]], method: str, out: torch.Tensor,
+def block_stats_of_pieces(pieces: Sequence[tuple[torch.Tensor, int]], statistic: Statistic, out: torch.Tensor,
                           magnitude: torch.Tensor) -> torch.Tensor:
     """`block_stats` of a zero-padded range given by its pieces, without a padded copy of the values: each piece is
     (values, offset in the range), in order; what no piece covers is zero. `magnitude`, a buffer as long as the
     range (a whole number of blocks), receives |x| in the padded layout, then one row reduction fills `out`; every
     row holds what the padded range's row holds, so its result is the same."""
-    reduce = _reduce_rows(method)
+    reduce = statistic.rows
     end = 0
     for values, at in pieces:
         magnitude[end: at].zero_()
@@ -170,41 +210,23 @@ def _inverse(stat: torch.Tensor, numerator: float) -> torch.Tensor:
     return torch.where(stat > 0, numerator / stat.clamp(min=torch.finfo(stat.dtype).tiny), torch.zeros_like(stat))
 
 
-def segment_inverse(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes: torch.Tensor, method: str,
+def segment_inverse(stats: torch.Tensor, blocks_per_segment: torch.Tensor, sizes: torch.Tensor, method: Method,
                     levels: int) -> torch.Tensor:
-    """Per segment, the float32 multiplier that maps its values onto [-levels, levels] (see quantize_blocks).
+    """Per segment, the float32 multiplier that maps its values onto the method's codes: method.scale(levels) over
+    its `statistic` (l1: levels / (2 mean|x|); linf, linf_nozero: levels / max|x|; log: 1 / max|x|).
 
     `stats` are `block_stats` of consecutive blocks, `blocks_per_segment` how many of them each segment has.
-    - l1: levels / (2 mean|x|); linf, linf_nozero: levels / max|x|; log: 1 / max|x|.
     """
-    if method == "l1":
-        sums = torch.segment_reduce(stats.double(), "sum", lengths=blocks_per_segment, unsafe=True)
-        return _inverse((sums / sizes).float(), levels / 2.0)
-    if method in ("linf", "linf_nozero", "log"):
-        largest = torch.segment_reduce(stats, "max", lengths=blocks_per_segment, unsafe=True, initial=0.0)
-        return _inverse(largest, 1.0 if method == "log" else float(levels))
-    raise unscaled(method)
+    return _inverse(method.statistic.segments(stats, blocks_per_segment, sizes), method.scale(levels))
 
 
-def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: str, levels: int,
+def quantize_blocks(blocks: torch.Tensor, inverse: torch.Tensor, method: Method, levels: int,
                     noise: torch.Tensor | None = None) -> torch.Tensor:
     """Float codes in [-levels, levels] of a [..., BLOCK] view of blocks, block i scaled by inverse[i] (`inverse`
-    has the view's leading shape; see src.quant).
+    has the view's leading shape): `method.code(x, y, levels, noise)` of y = x * inverse (see src.quant).
 
     A NaN input gives code 0 (the reducers send well-defined codes even for input they were told not to check).
     """
-    if method not in SCALED:
-        raise unscaled(method)
-    x = blocks
-    y = x * inverse.unsqueeze(-1)  # the only new full-size tensor: every step below works in place on y or q
-    if method == "l1":
-        q = y.round_().clamp_(-levels, levels)
-    elif method in ("linf", "linf_nozero"):
-        q = torch.floor(y)
-        q.add_(noise < y.sub_(q)).clamp_(-levels, levels)  # floor + (u < fraction): unbiased stochastic rounding
-        if method == "linf_nozero":
-            q = torch.where((q == 0) & (x != 0), torch.sign(x), q)
-    elif method == "log":  # k = clamp(round(log2(|x| / max|x|)) + levels, 0, levels), sign kept, exact zeros stay 0
-        q = y.abs_().clamp_(min=torch.finfo(torch.float32).tiny).log2_().round_().add_(levels).clamp_(0, levels)
-        q.mul_(torch.sign(x))
+    y = blocks * inverse.unsqueeze(-1)  # the only new full-size tensor: a method's code works in place on y
+    q = method.code(blocks, y, levels, noise)
     return q.nan_to_num_(nan=0.0)  # a NaN input gives code 0 (q is clamped: no infinity to map)

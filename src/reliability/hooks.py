@@ -5,12 +5,16 @@ the pre-step RNG and data position are kept, so the "last good state" can be sav
 (fault injection: NaN gradient), `step_ok(loss, grad_norm)` after clipping and before `optimizer.step()`, and
 `end(step)` after the step's row is logged (fault injection: one-ulp perturbation; the replica guard every
 `guard.every` steps and before every checkpoint; a checkpoint every `checkpoint.every` steps, at the end and when
-stopping on a signal, after which `end` returns True and `interrupted` says where). The ranks agree on a stop
-signal (`src.reliability.signals`) in `step_ok`'s vote, so the loop knows before `end` that this step saves.
+stopping on a signal, after which `end` returns True and `interrupted` says where).
 
-Non-finite policy (`nonfinite.policy`): every rank votes with `vote` (one two-element MIN allreduce, then one
-host transfer that also brings the loss and gradient norm the loop logs; timed as part of the `clip` phase), so
-no rank enters the optimizer's quantizer or collective with a NaN and all ranks take the same decision. `skip`:
+The step's agreement (`agreement`, src/comm/agreement.py, built by the engine on the group it votes on) gets two
+fields from here: `nonfinite` (src.reliability.nonfinite) and `stop` (src.reliability.signals); other owners (a
+speculative optimizer step's `held` and `launched`) register theirs beside them. `step_ok` proposes this rank's two
+and reaches the agreement: one collective and one host transfer that also brings the loss and gradient norm the
+loop logs (timed as part of the `clip` phase). So the loop knows before `end` that this step saves on a signal.
+
+Non-finite policy (`nonfinite.policy`): no rank enters the optimizer's quantizer or collective with a NaN and all
+ranks take the same decision. `skip`:
 the step's gradients are dropped on every rank (no optimizer step; the momentum and parameters keep their values;
 the schedule still advances, as the step is counted in `skipped_steps`). `stop`: the state before this step is
 checkpointed as step-1 and `NonFiniteStepError` names the step and the ranks that saw the non-finite value.
@@ -19,8 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch.distributed as dist
-
+from src.comm.agreement import Agreement
 from src.distributed.process_group import DistContext, gather_objects
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability import train_state
@@ -28,10 +31,11 @@ from src.reliability.checkpoint import CheckpointManager
 from src.reliability.faults import Faults
 from src.reliability.guard import check_replicas
 from src.reliability.config import Reliability
-from src.reliability.nonfinite import NonFiniteStepError, Verdict, vote
+from src.reliability import nonfinite
+from src.reliability.nonfinite import NonFiniteStepError, Verdict
 from src.reliability.rng import capture_rng_state
 from src.reliability.sharded_state import ShardedState
-from src.reliability.signals import Interrupted, StopSignals
+from src.reliability.signals import STOP, Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
 
@@ -43,7 +47,8 @@ def check_reliability_config(reliability: Reliability, world_size: int) -> None:
 class StepHooks:
     def __init__(self, reliability: Reliability, ctx: DistContext, run_dir: Path, model, optimizer, task,
                  meta: dict, total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None,
-                 shards: ShardedState | None = None, replica_shards: int = 1):
+                 agreement: Agreement | None = None, shards: ShardedState | None = None,
+                 replica_shards: int = 1):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
         self.faults = Faults.from_config(reliability.fault, ctx.rank, ctx.world_size)
@@ -54,17 +59,12 @@ class StepHooks:
         self.params = [p for _, p in self.named]
         self.step, self._before = 0, None
         self.stop, self.interrupted = stop or StopSignals(), None  # interrupted: Interrupted once stopped
-        self.signum = 0  # the stop signal the ranks agreed on in the last vote (0: none)
+        self.signum = 0  # the stop signal the ranks agreed on in the last step (0: none)
+        self.agreement = agreement or Agreement()  # the step's agreement (default group unless the engine says)
+        nonfinite.register(self.agreement)
+        self.stop.register(self.agreement)
         self.shards = shards  # hierarchy=node: the checkpoints' sharded part (src/reliability/sharded_state.py)
         self.replica_shards = replica_shards  # ranks per node whose shards differ (1: every rank holds the model)
-        self.vote_group = None  # the group the vote runs on (None: the default; see `separate_vote`)
-
-    def separate_vote(self) -> None:
-        """Vote on a process group of its own (every rank calls this, once, before training): an optimizer that
-        launches its collectives during backward has them queued on the default group, and a vote behind them would
-        wait for the wire that the step means to hide."""
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            self.vote_group = dist.new_group()
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -75,13 +75,14 @@ class StepHooks:
     def after_backward(self) -> None:
         self.faults.maybe_nan(self.step, self.params)
 
-    def step_ok(self, loss, grad_norm, held=None, launched: int = 0) -> Verdict:
+    def step_ok(self, loss, grad_norm) -> Verdict:
         """A true verdict when every rank's loss and gradients are finite; otherwise skip (a false verdict) or stop
-        (raises). The verdict carries this rank's loss and gradient norm, and with `held` (a speculative optimizer
-        step's flag) whether it holds on every rank: the step's one host transfer (`vote`, on `vote_group`)."""
-        verdict = vote(loss, grad_norm, self.params, group=self.vote_group, signum=self.stop.received, held=held,
-                       launched=launched)
-        self.signum = verdict.signum
+        (raises). This rank's `stop` and `nonfinite` join what the other owners proposed, and the agreement is
+        reached: the step's one collective and host transfer. The verdict carries this rank's loss and gradient
+        norm and every agreed field (`verdict.agreed`)."""
+        self.stop.propose(self.agreement)
+        verdict = nonfinite.vote(self.agreement, loss, grad_norm, self.params)
+        self.signum = verdict.agreed[STOP]
         if verdict:
             return verdict
         bad = [r for r, ok in enumerate(gather_objects(verdict.local_ok)) if not ok]

@@ -3,14 +3,14 @@ checkpoint, say how to resume, exit with `EXIT_INTERRUPTED` (75, EX_TEMPFAIL: "t
 
 Long runs of the Lion Cub experiments (Section 7: 10,000 GPT steps) are preempted, time out or are stopped by
 hand. While `StopSignals.installed()` is active (the training loop), the three signals only record that a stop
-was asked; the step in flight finishes. Every step, the non-finite vote (`src.reliability.nonfinite.vote`, before
-the optimizer step) also takes the largest signal number over all ranks, in the same allreduce and host transfer
-(a signal usually reaches one rank first, or all at slightly different moments), so every rank stops after the
-same step and none is left waiting in a collective; a signal that arrives after the vote is agreed on at the next
-step's. The
-reliability hooks then write a checkpoint of that step and `src.train` prints `interrupted at step N; resume with:
-<command>`. Further signals while stopping are ignored (torchrun forwards a Ctrl-C to its workers as a second
-SIGINT); SIGKILL still ends a process at once.
+was asked; the step in flight finishes. `StopSignals` owns the field `stop` (max) of the step's agreement
+(src/comm/agreement.py, reached before the optimizer step): every rank learns the largest signal number any rank
+received, in the step's one collective and host transfer (a signal usually reaches one rank first, or all at
+slightly different moments), so every rank stops after the same step and none is left waiting in a collective; a
+signal that arrives after the agreement is agreed on at the next step's. The reliability hooks then write a
+checkpoint of that step and `src.train` prints `interrupted at step N; resume with: <command>`. Further signals
+while stopping are ignored (torchrun forwards a Ctrl-C to its workers as a second SIGINT); SIGKILL still ends a
+process at once.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import signal
 import threading
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+STOP = "stop"  # the field of the step's agreement: the largest stop signal any rank received (0: none)
 EXIT_INTERRUPTED = 75  # os.EX_TEMPFAIL: the run stopped on a signal after writing a checkpoint; resume it
 
 
@@ -33,6 +34,14 @@ class Interrupted(Exception):
 class StopSignals:
     def __init__(self):
         self.received = 0  # the first stop signal this process received (0: none)
+
+    def register(self, agreement) -> None:
+        """Register `stop` (max) in the step's agreement (src.comm.agreement.Agreement; once, before training)."""
+        agreement.register(STOP, "max", owner=__name__)
+
+    def propose(self, agreement) -> None:
+        """This rank's `stop` for this step: the signal it received (0: none)."""
+        agreement.propose(STOP, self.received)
 
     def _handle(self, signum, frame) -> None:
         self.received = self.received or signum  # no I/O here: the handler may interrupt a print

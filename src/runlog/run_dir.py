@@ -4,7 +4,7 @@
 overwritten; a resumed run reuses its own folder, see src.reliability.resume) and is called before training
 starts; `claim_run_dir` takes the folder, on rank 0, once every other check has passed, so a bad configuration
 leaves no empty folder behind. The name defaults to the preset chosen with `+exp=` or else `<model>-<variant>`, the
-variant with `+overlap` when its collectives overlap the forward pass (as the run's label says).
+variant named as the run's label names it (`variant_label`: `+overlap` when its collectives overlap the forward pass).
 
 Claiming is atomic, so runs started at the same moment in the same root (a Slurm job array) never share a folder:
 a timestamped folder is made with an exclusive `mkdir` and, when another run took that name first, the next free
@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 from src.errors import SetupError
-from src.optim.overlap import label_suffix
+from src.utils.run_label import variant_label
 
 CLAIM_FILE = "attempts.jsonl"  # the first file of every run folder, created exclusively by the run that owns it
 
 
 def default_name(cfg, choices: dict[str, str | None]) -> str:
     """The run's folder name from the typed configuration `cfg` (src.engine.schema.Config) and Hydra's choices."""
-    variant = str(cfg.variant.name) + label_suffix(cfg.variant.overlap)
+    variant = variant_label(str(cfg.variant.name), cfg.variant.overlap)
     if cfg.run.name:
         name = str(cfg.run.name)
     elif choices.get("exp"):

@@ -13,7 +13,8 @@ inside it; anything else is a `NotARunError` naming the path.
 `runs.summary` (one row per run), `runs.stats` (one row per run, statistics step and layer) and `runs.config`.
 
 Labels: a run is named by `run.label` of its config (a sweep sets it to the overrides that differ between its
-runs), else by its variant, with `+overlap` when the variant overlaps its collectives. Runs compared in one panel
+runs), else by its `variant_label`: the variant's name with `+overlap` when the variant overlaps its collectives
+(src/utils/run_label.py, the rule the run's folder name follows too). Runs compared in one panel
 or table must be told apart: `distinguish(runs)` appends to every label shared by several of them the config values
 that differ between them (`cub4 (data.batch_size=8)`), or the folder name where the configs are the same; the
 DataFrames' `label` column is told apart the same way over all the runs loaded.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from src.optim.overlap import label_suffix
+from src.utils.run_label import variant_label
 
 STATS_ARRAYS = "stats"  # <run>/stats/step_<step:08d>.npz (src/stats, format v1)
 # Config keys that name where a run was written, not what it ran: never what tells two runs apart.
@@ -66,10 +67,13 @@ class Run:
         label = (self.config.get("run") or {}).get("label")
         if label:
             return str(label)
+        return self.variant_label if "name" in (self.config.get("variant") or {}) else self.path.name
+
+    @property
+    def variant_label(self) -> str:
+        """The variant's name with its overlap (`cub4+overlap`: src/utils/run_label.py), whatever `run.label` says."""
         variant = self.config.get("variant") or {}
-        if "name" not in variant:
-            return self.path.name
-        return str(variant["name"]) + label_suffix(variant.get("overlap"))
+        return variant_label(str(variant.get("name", "?")), variant.get("overlap"))
 
     @property
     def model(self) -> str:

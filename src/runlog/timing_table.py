@@ -17,8 +17,8 @@ import csv
 from pathlib import Path
 from statistics import fmean, stdev
 
-from src.optim.overlap import overlap_mode
 from src.runlog.runs import Run, distinguish, load_run
+from src.utils.run_label import overlap_mode
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
 INSIDE = ("allgather", "reduce_scatter")  # hierarchy=node: FSDP2's in-node collectives, inside forward and backward

@@ -18,8 +18,9 @@ names the device it ran on (GPU, memory, driver, torch, CUDA, NCCL and Triton ve
 |            | copy-bandwidth floor of its bytes; the peers (foreach Lion, lion-pytorch, fused AdamW) alike     |
 | codecs     | every codec kernel (Section 6) on each GPU backend (torch, triton) against the CPU's torch        |
 |            | reference, within a bound stated per output (src/bench/gpu_check/tolerance.py)                   |
-| reducers   | every `make_reducer` name on an NCCL group (world size 1; 2 and 4 where there are GPUs) against   |
-|            | the CPU's torch reference on gloo, within a bound stated per reducer                             |
+| conformance| tests/test_conformance.py's properties, run by pytest with every rank on a GPU over NCCL: every  |
+|            | registered reducer and quantizer, the Triton kernels compiled, syncs counted by CUDA, and each    |
+|            | reducer's direction against the CPU's within the bound it states (src/bench/gpu_check/conformance.py) |
 | training   | `python -m src.train` on CUDA + NCCL for every variant (overlap too): checkpoint and resume       |
 |            | bitwise, a CPU checkpoint resumed on the GPU, the replica guard, the non-finite vote (skip, stop)  |
 | syncs      | host synchronisations per steady-state step (after the warm-up, outside the injected fault),      |

@@ -26,24 +26,31 @@ from typing import Mapping
 
 import torch
 
+from src.quant import METHODS
+
 LION_BYTES = 20.0
 ADAMW_BYTES = 28.0
-SCALED_QUANTIZERS = ("l1", "linf", "linf_nozero", "log")
 
 
 def _fields(reducer: Mapping) -> float:
     return float(reducer.get("bits", 1)) / 8
 
 
+CAST_BYTES = {"fp32": 0.0, "bf16": 4.0, "fp16": 4.0}  # the 16-bit casts of g: write 2 B, then read 2 B in place of 4
+
+
 def step_bytes(variant: Mapping, world_size: int = 1) -> float:
     """Bytes per parameter a fused step of `variant` (a conf/variant mapping) must move at `world_size` ranks."""
-    if variant["optimizer"] in ("lion", "lion_grad_allreduce"):
-        return LION_BYTES + (4.0 if variant.get("comm_dtype") == "bf16" else 0.0)
+    if variant["optimizer"] == "lion":
+        return LION_BYTES
+    if variant["optimizer"] == "lion_grad_allreduce":
+        return LION_BYTES + CAST_BYTES[variant["comm_dtype"]]
     if variant["optimizer"] != "lion_cub":
         raise ValueError(f"no byte count for optimizer {variant['optimizer']!r}")
     reducer = variant["reducer"]
     fields = _fields(reducer)
-    scaled = 8.0 if reducer.get("quant") in SCALED_QUANTIZERS else 0.0
+    quant = reducer.get("quant")
+    scaled = 8.0 if quant in METHODS and METHODS[quant].scaled else 0.0  # the per-layer scales' second read
     if reducer["name"] == "pbit":
         return LION_BYTES + 2 * fields + scaled
     if reducer["name"] == "onebit":
@@ -54,8 +61,10 @@ def step_bytes(variant: Mapping, world_size: int = 1) -> float:
 def unfused_bytes(variant: Mapping) -> float:
     """Bytes per parameter of the step as first built: the update (20 B) plus an encode pass (read c, write the
     fields) and a decode pass (read the fields, write the direction) over float32 scratch."""
-    if variant["optimizer"] != "lion_cub":
+    if variant["optimizer"] in ("lion", "lion_grad_allreduce"):
         return step_bytes(variant)
+    if variant["optimizer"] != "lion_cub":
+        raise ValueError(f"no byte count for optimizer {variant['optimizer']!r}")
     fields = _fields(variant["reducer"])
     return LION_BYTES + (4 + fields) + (fields + 4)
 

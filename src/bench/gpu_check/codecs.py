@@ -41,6 +41,7 @@ from src.bench.gpu_check.kernels import block_stats_for, codec_for, device_backe
 from src.bench.gpu_check.tolerance import BITWISE, Bound, beyond, largest_gap
 from src.comm.codecs import reference as codec
 from src.comm.codecs.packing import FIELD_WIDTHS, field_max, fields_per_word, pack, unpack, word_dtype
+from src.quant import METHODS
 from src.quant.blocks import BLOCK, block_stats, segment_inverse
 
 LEVEL_SETTINGS = (("l1", 15, 8), ("l1", 7, 16), ("l1", 1, 2), ("l1", 7, 4), ("linf", 7, 8), ("linf_nozero", 3, 4),
@@ -81,7 +82,9 @@ def quarter_inverse(x: torch.Tensor, method: str, levels: int) -> torch.Tensor:
     blocks = x.view(-1, BLOCK)
     n = blocks.shape[0]
     lengths = torch.tensor([n // 4, n // 4, n // 4, n - 3 * (n // 4)], device=x.device)
-    per_segment = segment_inverse(block_stats(blocks, method), lengths, lengths.double() * BLOCK, method, levels)
+    entry = METHODS[method]
+    per_segment = segment_inverse(block_stats(blocks, entry.statistic), lengths, lengths.double() * BLOCK, entry,
+                                  levels)
     return per_segment[torch.repeat_interleave(torch.arange(4, device=x.device), lengths)]
 
 
@@ -132,9 +135,9 @@ def _field_cases(bits: int, m: int, seed: int, g: torch.Generator) -> list[Case]
     return out
 
 
-def _block_stats(out: torch.Tensor, blocks: torch.Tensor, method: str) -> None:
+def _block_stats(out: torch.Tensor, blocks: torch.Tensor, statistic) -> None:
     """The torch reference of the block statistics (src.quant.blocks.block_stats) into `out`."""
-    out.copy_(block_stats(blocks, method))
+    out.copy_(block_stats(blocks, statistic))
 
 
 def _level_cases(method: str, levels: int, bits: int, m: int, seed: int, g: torch.Generator) -> list[Case]:
@@ -142,13 +145,14 @@ def _level_cases(method: str, levels: int, bits: int, m: int, seed: int, g: torc
     the segments' scales."""
     k = fields_per_word(bits)
     x = adversarial(k * BLOCK * (2 * (m // BLOCK) + 1), seed + levels)  # an odd number of blocks per field
-    noise = torch.rand(x.numel(), generator=g) if "linf" in method else None
+    entry = METHODS[method]
+    noise = torch.rand(x.numel(), generator=g) if entry.stochastic else None
     inverse = quarter_inverse(x, method, levels)
     return [_codec(f"encode_levels {method} L={levels} {bits}-bit", codec.encode_levels,
-                   (x, inverse, noise, method, levels, bits), torch.empty(x.numel() // k, dtype=word_dtype(bits)),
+                   (x, inverse, noise, entry, levels, bits), torch.empty(x.numel() // k, dtype=word_dtype(bits)),
                    LOG_CODES if method == "log" else BITWISE, check=log_codes_check if method == "log" else None),
-            Case(f"block stats {method}", _block_stats, (x.view(-1, BLOCK), method), torch.empty(x.numel() // BLOCK),
-                 STATS, block_stats_for),
+            Case(f"block stats {method}", _block_stats, (x.view(-1, BLOCK), entry.statistic),
+                 torch.empty(x.numel() // BLOCK), STATS, block_stats_for),
             Case(f"block scales {method} L={levels}", lambda o, v, meth, lev: o.copy_(quarter_inverse(v, meth, lev)),
                  (x, method, levels), torch.empty(x.numel() // BLOCK), SCALES)]
 

@@ -8,7 +8,6 @@ backend) and `fused`. Everything the check needs of that interface goes through 
 """
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
 from src.comm.codecs.backend import codec as _codec, triton_status as _triton_status
@@ -36,12 +35,12 @@ def codec_for(fn: Callable, backend: str) -> Callable[..., bool] | None:
 
 
 def block_stats_for(backend: str) -> Callable[..., bool] | None:
-    """`(out, blocks, method) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference, or
-    Triton's kernel where it takes the arguments); None for another backend."""
+    """`(out, blocks, statistic) -> ran` computing src.quant.blocks.block_stats on `backend` (the torch reference,
+    or Triton's kernel where it takes the arguments); None for another backend."""
     from src.quant.blocks import block_stats
 
     if backend == "torch":
-        return lambda out, blocks, method: out.copy_(block_stats(blocks, method)) is not None
+        return lambda out, blocks, statistic: out.copy_(block_stats(blocks, statistic)) is not None
     if backend != "triton":
         return None
     from src.comm.codecs import triton_kernels
@@ -60,11 +59,6 @@ def device_backends(device) -> tuple[tuple[str, ...], str | None]:
     if reason is None:
         return ("torch", "triton"), None
     return ("torch",), f"Triton kernels not compared on {device}: {reason}"
-
-
-def kernel_option(cls, backend: str) -> dict:
-    """{"kernels": backend} where `cls` (a reducer class) takes the option (the neighbours' reducers do not)."""
-    return {"kernels": backend} if "kernels" in inspect.signature(cls.__init__).parameters else {}
 
 
 def chosen(optimizer) -> tuple[str | None, bool | None]:

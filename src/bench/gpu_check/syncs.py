@@ -4,12 +4,12 @@ The training section's first run of each variant ran under synchook/sitecustomiz
 `torch.cuda.set_sync_debug_mode("warn")` and recorded every synchronising CUDA call with its step, its context
 (evaluation, replica guard, checkpoint, resume, the non-finite report, timings read for a checkpoint) and its
 stack. Here, per variant and rank: the plain synchronisations of each steady-state step (outside those contexts,
-which synchronise by nature at their own intervals) against `BUDGET` = 1, the non-finite vote's one read
-(src/reliability/nonfinite.py) that tests/test_gpu_path.py enforces with its CPU double. Steady state: the steps
-after the runs' warm-up (`train.timing_skip`, whose steps call each tie rule's kernels for the first time: a lazy
-compilation or workspace is warm-up) and outside the injected fault's steps (the NaN step and its neighbours),
-both as the training section configures its runs (`TIMING_SKIP`, `FAULT_STEPS`). Every synchronisation found is
-listed with its stack in the section's table, steady-state or not.
+which synchronise by nature at their own intervals) against `BUDGET` = 1, the one read of the step's agreement
+(src/comm/agreement.py: the non-finite vote and the rest) that tests/test_gpu_path.py enforces with its CPU
+double. Steady state: the steps after the runs' warm-up (`train.timing_skip`, whose steps call each tie rule's
+kernels for the first time: a lazy compilation or workspace is warm-up) and outside the injected fault's steps (the
+NaN step and its neighbours), both as the training section configures its runs (`TIMING_SKIP`, `FAULT_STEPS`).
+Every synchronisation found is listed with its stack in the section's table, steady-state or not.
 
 `plain_syncs` and `within_budget` are plain functions of the reports, tested on a recorded report on the CPU.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from src.bench.gpu_check.training import FAULT_STEPS, TIMING_SKIP
 
 BUDGET = 1
-VOTE = "src/reliability/nonfinite.py"
+VOTE = "src/comm/agreement.py"  # where the step's agreement is read (its one transfer)
 
 
 def steady(step: int, warmup: int = TIMING_SKIP, faults=FAULT_STEPS) -> bool:
@@ -39,9 +39,11 @@ def plain_syncs(report: dict) -> dict[int, list[dict]]:
     return dict(steps)
 
 
-def within_budget(report: dict, budget: int = BUDGET, warmup: int = TIMING_SKIP, faults=FAULT_STEPS) -> list[str]:
-    """The steady-state steps over `budget` plain synchronisations, or whose one is not the vote's: one line each
-    naming the sites; empty when every steady-state step keeps the budget."""
+def within_budget(report: dict, budget: int = BUDGET, warmup: int = TIMING_SKIP, faults=FAULT_STEPS,
+                  vote: str = VOTE) -> list[str]:
+    """The steady-state steps over `budget` plain synchronisations, or whose one is not the vote's (read at `vote`,
+    the file of the tree the report was recorded from): one line each naming the sites; empty when every
+    steady-state step keeps the budget."""
     problems = []
     for step, syncs in sorted(plain_syncs(report).items()):
         if not steady(step, warmup, faults):
@@ -49,7 +51,7 @@ def within_budget(report: dict, budget: int = BUDGET, warmup: int = TIMING_SKIP,
         sites = [s["where"] for s in syncs]
         if len(syncs) > budget:
             problems.append(f"step {step}: {len(syncs)} synchronisations: " + "; ".join(sites))
-        elif not any(VOTE in site for site in sites):
+        elif not any(vote in site for site in sites):
             problems.append(f"step {step}: its synchronisation is not the non-finite vote's: " + "; ".join(sites))
     return problems
 

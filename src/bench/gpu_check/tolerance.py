@@ -1,7 +1,8 @@
 """How far a result on the GPU may be from the same computation's torch reference on the CPU, and the count of
 elements beyond it.
 
-A `Bound` is stated once per output (the codecs and reducers sections give each case its own, with the reason);
+A `Bound` is stated once per output (the codecs section gives each case its own, with the reason; each reducer states
+its own, `Reducer.device_bound`, which the conformance suite's `devices` property reads);
 `beyond(want, got, bound)` counts the elements that break it. The rules, from strict to loose:
 
 - `bitwise`: every element bit for bit. Integer outputs (votes, codes, packed words, sums, majority bits) always.

@@ -19,14 +19,19 @@ or `triton`. `choose(kernels, device, numel)` turns it into the backend that run
 
 `codec(fn, backend)` is what a reducer calls: the backend's function for the reference function `fn`, which runs
 the reference itself wherever the backend declines its arguments (same result: every backend is tested equal to
-the reference). `float_rules(device)` says how the torch reference rounds on a device (a multiply and an add fused
-into one rounding or not; a division by a number as a true division or a multiplication by its reciprocal), so
-that the Triton kernels round as torch does there.
+the reference). A quantization method's codes and its block statistic run on a backend only where the method's
+entry (src.quant.METHODS[name]) or its statistic has code for it (`has_code`: `native`, `triton`); `runs(fn,
+backend, entry)` says which code runs a phase, for the run record (summary.json `kernels.phases`), and
+`say_torch_path` says once per method and backend, by name, where a method's phases fall back to torch.
+`float_rules(device)` says how the torch reference rounds on a device (a multiply and an add fused into one rounding
+or not; a division by a number as a true division or a multiplication by its reciprocal), so that the Triton kernels
+round as torch does there.
 """
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -47,7 +52,8 @@ FMA_NONE = 2      # two roundings (torch's CPU kernels without vector instructio
 
 NATIVE_LOOPS = {reference.encode_votes: native.encode_votes, reference.encode_signs: native.encode_signs,
                 reference.encode_levels: native.encode_levels, reference.decode_sums: native.decode_sums,
-                reference.decode_signs_1bit: native.decode_signs_1bit, reference.majority_1bit: native.majority_1bit}
+                reference.decode_signs_1bit: native.decode_signs_1bit, reference.majority_1bit: native.majority_1bit,
+                reference.block_stats: native.block_stats}
 
 
 def check_kernels(value, what: str = "kernels") -> str:
@@ -135,18 +141,57 @@ def _device_name(device: torch.device) -> str:
     return "the CPU (Triton's interpreter)"
 
 
-def codec(fn, backend: str):
-    """The function that runs the reference codec `fn` on `backend` (the reference itself for `torch`)."""
+def _kernel(fn, backend: str):
+    """The backend's kernel for the reference codec `fn`; None where it has none (and for `torch`)."""
     if backend == "torch":
-        return fn
+        return None
     if backend == "native":
-        loop = NATIVE_LOOPS.get(fn)
-        return fn if loop is None else _Declining(loop, fn)
+        return NATIVE_LOOPS.get(fn)
     if backend == "triton":
         from src.comm.codecs import triton_kernels
-        kernel = triton_kernels.CODECS.get(fn)
-        return fn if kernel is None else _Declining(kernel, fn)
+        return triton_kernels.CODECS.get(fn)
     raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def codec(fn, backend: str):
+    """The function that runs the reference codec `fn` on `backend` (the reference itself for `torch`)."""
+    kernel = _kernel(fn, backend)
+    return fn if kernel is None else _Declining(kernel, fn)
+
+
+def has_code(entry, backend: str) -> bool:
+    """Whether a quantization method's entry (src.quant.Method) or a block statistic (src.quant.blocks.Statistic)
+    has code for `backend`: its `native` C code, its `triton` code; every one has torch code."""
+    if backend == "torch":
+        return True
+    if backend == "native":
+        return entry.native is not None
+    if backend == "triton":
+        return entry.triton is not None
+    raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def runs(fn, backend: str, entry=None) -> str:
+    """The code that runs the reference codec `fn` on `backend`: the backend's where it has a kernel for `fn` and
+    `entry` (the method or statistic `fn` computes, if any) has code for it, else torch (the reference)."""
+    if _kernel(fn, backend) is None or (entry is not None and not has_code(entry, backend)):
+        return "torch"
+    return backend
+
+
+_SAID: set[tuple[str, str]] = set()
+_LANGUAGE = {"native": "C", "triton": "Triton"}  # what a method's code for a backend is written in
+
+
+def say_torch_path(method: str, backend: str, phases: list[str]) -> None:
+    """Say once per process, by name, that quantization method `method` has no `backend` code for `phases`, which
+    run on the torch path (same results, slower)."""
+    if phases and (method, backend) not in _SAID:
+        _SAID.add((method, backend))
+        named = " and ".join("block statistics" if p == "statistics" else p for p in phases)
+        warnings.warn(f"lioncub: quant {method!r} has no {_LANGUAGE[backend]} code for its {named}: the torch code "
+                      f"runs {'it' if len(phases) == 1 else 'them'} (same results, slower; src.quant.METHODS"
+                      f"[{method!r}])", stacklevel=2)
 
 
 class _Declining:

@@ -5,17 +5,20 @@ vector through a stack copy (a stalled store-to-load forward per vector), so dec
 4-6x slower than a copy of the same bytes. `native_kernels.c` holds every encoder and decoder of the reducers as
 plain C loops that the C compiler vectorises for the machine:
 - `encode_votes` (every field width, both tie rules), `encode_signs` (fields of 2 bits or more);
-- `encode_levels` for the l1, linf and linf_nozero codes (flat tensors or [blocks, BLOCK] views), and
-  `encode_levels_pieces`, the same codes of a zero-padded chunk read straight from its pieces of the flat vector
-  (the pbit reducer's `encode_pieces`: no padded copy first). The log codes stay on the torch reference: they take
-  log2, and torch's vectorised log2 is not libm's, so a C loop could not promise the same bits;
+- `encode_levels` for the methods with C code (their entry's `native`: its number in `lc_encode_levels`; the
+  built-ins l1, linf and linf_nozero), flat tensors or [blocks, BLOCK] views, and `encode_levels_pieces`, the same
+  codes of a zero-padded chunk read straight from its pieces of the flat vector (the pbit reducer's
+  `encode_pieces`: no padded copy first). A method without C code is declined and runs on the torch reference (the
+  built-in log codes take log2, and torch's vectorised log2 is not libm's, so a C loop could not promise the same
+  bits);
 - `decode_sums`, `decode_signs_1bit`, `majority_1bit`.
 They compute the same integers and the same float32 operations in the same order as the torch code (rintf for
 torch.round's half to even), so their results are equal bit for bit (tested against the reference on adversarial
 inputs: NaN, infinities, -0.0, exact halves, values beyond the levels, subnormals, zero and infinite scales).
 
-`block_l1` gives the L1 block statistics (sum |x| per block of 128) in one pass with no |x| buffer, adding in the
-fixed tree of `src.quant.blocks.fold_sum`, so its sums are the reference's bits.
+`block_stats` gives a statistic's per-block values with its C loop (its `native`: `lc_block_l1` for MEAN_ABS, the
+sum |x| per block of 128 in one pass with no |x| buffer, added in the fixed tree of `src.quant.blocks.fold_sum`, so
+its sums are the reference's bits); a statistic without one (MAX_ABS) is declined.
 
 `src.comm.codecs.backend.NATIVE_LOOPS` names the loop that replaces each reference function on plain CPU tensors
 (each returns False, doing nothing, for arguments it does not take; then the reference runs, same result). The
@@ -40,7 +43,8 @@ from typing import Sequence
 import torch
 
 from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
-from src.quant.blocks import BLOCK, STOCHASTIC_METHODS
+from src.quant import Method
+from src.quant.blocks import BLOCK, Statistic
 from src.utils import machine
 
 SOURCE = Path(__file__).with_name("native_kernels.c")
@@ -81,13 +85,12 @@ def _build() -> ctypes.CDLL | None:
     lib.lc_decode_sums.argtypes = [ptr, ptr, i64, i32, f32, i32, i32, f32]
     lib.lc_decode_signs_1bit.argtypes = [ptr, ptr, i64]
     lib.lc_majority_1bit.argtypes = [ptr, ptr, i64, i32, i32]
-    lib.lc_block_l1.argtypes = [ptr, ptr, i64]
     lib.lc_encode_votes.argtypes = [ptr, ptr, i64, i32, i32]
     lib.lc_encode_signs.argtypes = [ptr, ptr, i64, i32]
     lib.lc_encode_levels.argtypes = [ptr, ptr, ptr, ptr, i32, ptr, ptr, i64, i32, i32, i32]
     lib.lc_encode_levels.restype = i32
-    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_block_l1,
-               lib.lc_encode_votes, lib.lc_encode_signs):
+    for fn in (lib.lc_decode_sums, lib.lc_decode_signs_1bit, lib.lc_majority_1bit, lib.lc_encode_votes,
+               lib.lc_encode_signs):
         fn.restype = None
     return lib
 
@@ -160,15 +163,13 @@ def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
     return True
 
 
-LEVEL_METHODS = {"l1": 0, "linf": 1, "linf_nozero": 2}  # "log" (log2: torch's vector log2 is not libm's) is not here
-
-
-def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: torch.Tensor | None, method: str,
+def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: torch.Tensor | None, method: Method,
                   levels: int, bits: int) -> bool:
-    """Whether `lc_encode_levels` takes these arguments: l1, linf or linf_nozero codes that fit their field
-    (2 levels <= 2**bits - 1), whole blocks in every field plane, plain float32 scales (and noise for linf)."""
-    noisy = method in STOCHASTIC_METHODS
-    return (method in LEVEL_METHODS and isinstance(levels, int) and 1 <= 2 * levels <= (1 << bits) - 1
+    """Whether `lc_encode_levels` takes these arguments: codes of a method with C code that fit their field
+    (2 levels <= 2**bits - 1), whole blocks in every field plane, plain float32 scales (and noise where the method
+    is stochastic)."""
+    noisy = method.stochastic
+    return (method.native is not None and isinstance(levels, int) and 1 <= 2 * levels <= (1 << bits) - 1
             and _words(out, numel, bits) and numel % (fields_per_word(bits) * BLOCK) == 0
             and _plain(out, inverse) and _float32(inverse) and inverse.dim() == 1 and inverse.numel() * BLOCK == numel
             and (not noisy or (noise is not None and _plain(noise) and _float32(noise) and noise.numel() == numel))
@@ -176,9 +177,9 @@ def _levels_taken(out: torch.Tensor, numel: int, inverse: torch.Tensor, noise: t
 
 
 def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
-                  method: str, levels: int, bits: int) -> bool:
-    """codec.encode_levels as one loop for the l1, linf and linf_nozero codes, flat tensors or [blocks, BLOCK]
-    views alike (see `_levels_taken`); False (nothing done) otherwise."""
+                  method: Method, levels: int, bits: int) -> bool:
+    """codec.encode_levels as one loop for a method with C code, flat tensors or [blocks, BLOCK] views alike (see
+    `_levels_taken`); False (nothing done) otherwise."""
     if not (_plain(update) and _float32(update) and _levels_taken(out, update.numel(), inverse, noise, method,
                                                                    levels, bits)):
         return False
@@ -186,7 +187,7 @@ def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor
 
 
 def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor, int]], numel: int,
-                         inverse: torch.Tensor, noise: torch.Tensor | None, method: str, levels: int,
+                         inverse: torch.Tensor, noise: torch.Tensor | None, method: Method, levels: int,
                          bits: int) -> bool:
     """`encode_levels` of a zero-padded chunk of `numel` values given by its pieces, with no padded copy: each piece
     is (values, offset in the chunk), the offsets multiples of BLOCK, in order; what no piece covers is zero. The
@@ -198,22 +199,36 @@ def encode_levels_pieces(out: torch.Tensor, pieces: Sequence[tuple[torch.Tensor,
     values = (ctypes.c_void_p * max(count, 1))(*[v.data_ptr() for v, _ in pieces])
     ats = (ctypes.c_int64 * max(count, 1))(*[at for _, at in pieces])
     lens = (ctypes.c_int64 * max(count, 1))(*[v.numel() for v, _ in pieces])
-    noisy = method in STOCHASTIC_METHODS
     return bool(library().lc_encode_levels(out.data_ptr(), values, ats, lens, count, inverse.data_ptr(),
-                                           noise.data_ptr() if noisy else None, out.numel(), bits,
-                                           LEVEL_METHODS[method], levels))
+                                           noise.data_ptr() if method.stochastic else None, out.numel(), bits,
+                                           method.native, levels))
 
 
-def block_l1_ready() -> bool:
-    """Whether `block_l1` can run here (the library is built)."""
-    return library() is not None
+def block_stats_ready(statistic: Statistic) -> bool:
+    """Whether `block_stats` can run `statistic` here (it has a C loop, and the library is built)."""
+    return statistic.native is not None and library() is not None
 
 
-def block_l1(out: torch.Tensor, blocks: torch.Tensor) -> bool:
-    """out[i] = sum |blocks[i]| for a [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats('l1')
-    gives it (the same fixed tree); False (nothing done) where the tensors are not plain CPU ones."""
-    if (not _plain(out, blocks) or blocks.dtype != torch.float32 or out.dtype != torch.float32 or blocks.dim() != 2
-            or blocks.shape[1] != 128 or out.numel() != blocks.shape[0] or library() is None):
+def block_stats(out: torch.Tensor, blocks: torch.Tensor, statistic: Statistic, buffer: torch.Tensor | None = None
+                ) -> bool:
+    """codec.block_stats with the statistic's C loop (`statistic.native`, `(out, x, rows)`: out[i] of row i of a
+    [rows, 128] float32 view, bit for bit as src.quant.blocks.block_stats gives it; no scratch `buffer` needed);
+    False (nothing done) for a statistic without one or tensors that are not plain CPU ones."""
+    if (not block_stats_ready(statistic) or not _plain(out, blocks) or blocks.dtype != torch.float32
+            or out.dtype != torch.float32 or blocks.dim() != 2 or blocks.shape[1] != 128
+            or out.numel() != blocks.shape[0]):
         return False
-    library().lc_block_l1(out.data_ptr(), blocks.data_ptr(), blocks.shape[0])
+    _statistic_loop(statistic.native)(out.data_ptr(), blocks.data_ptr(), blocks.shape[0])
     return True
+
+
+def _statistic_loop(name: str):
+    """The library's C loop `name` with the statistics' signature (out, x, rows), typed on first use."""
+    if name not in _STATISTIC_LOOPS:
+        loop = getattr(library(), name)
+        loop.argtypes, loop.restype = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64], None
+        _STATISTIC_LOOPS[name] = loop
+    return _STATISTIC_LOOPS[name]
+
+
+_STATISTIC_LOOPS: dict[str, object] = {}

@@ -6,6 +6,7 @@ src/comm/codecs/backend.py chooses among the three. It runs as it is on any devi
 
 - `encode_votes`: sign votes (zeros by the tie rule) -> 0/1 fields -> words (Section 3.2, Section 6's 4-bit case);
 - `encode_signs`: sign(x) + 1, exact zeros kept (`zeros="keep"`);
+- `block_stats`: a method's block statistic of |x| per block of 128 (src.quant.blocks), the per-layer scales' input;
 - `encode_levels`: per-block scaled codes (src.quant.blocks) shifted to [0, 2L] -> words (Section 4.2);
 - `decode_sums`: field-wise sums of the words -> the aggregated direction (majority sign, or the average);
 - `majority_1bit`: the 1-bit reducer's local vote over the world's copies of one chunk (Section 3.1, Fig. 1);
@@ -20,7 +21,8 @@ from __future__ import annotations
 import torch
 
 from src.comm.codecs.packing import fields_per_word, fold, spread
-from src.quant.blocks import BLOCK, quantize_blocks
+from src.quant import Method
+from src.quant.blocks import BLOCK, Statistic, block_stats as rows_statistic, quantize_blocks
 
 
 def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: int) -> None:
@@ -29,9 +31,16 @@ def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: 
     out.copy_(fold(vote.view(fields_per_word(bits), -1), bits))
 
 
+def block_stats(out: torch.Tensor, blocks: torch.Tensor, statistic: Statistic, buffer: torch.Tensor) -> None:
+    """`statistic` of every row of a [rows, BLOCK] float32 view into `out`, a slice at a time through `buffer` (at
+    least STATS_SLICE floats)."""
+    rows_statistic(blocks, statistic, out=out, buffer=buffer)
+
+
 def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
-                  method: str, levels: int, bits: int) -> None:
-    """Codes of `quantize_blocks` (block i of BLOCK values scaled by inverse[i]) plus `levels`, packed into `out`.
+                  method: Method, levels: int, bits: int) -> None:
+    """Codes of `quantize_blocks` (block i of BLOCK values scaled by inverse[i], `method` an entry of
+    src.quant.METHODS) plus `levels`, packed into `out`.
 
     n must be a multiple of k * BLOCK (k fields per word): viewed as [k, n / (k BLOCK), BLOCK], every field plane is
     a whole number of blocks. The words are written through a [words / BLOCK, BLOCK] view of `out`; with one field

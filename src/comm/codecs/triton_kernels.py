@@ -2,20 +2,23 @@
 
 Two layers, both equal to the torch reference (src/comm/codecs/reference.py) bit for bit on the same device:
 - `@triton.jit` helpers over blocks of values: the codes of one field (`vote_fields`, `sign_fields`,
-  `level_fields`), a field's sum out of a word (`field_of`), the direction from a sum (`direction_of`), a block's
-  L1 sum in the fixed tree of src.quant.blocks.fold_sum (`fold_sum_rows`), round half to even (`rne`), and
+  `level_fields`), a field's sum out of a word (`field_of`), the direction from a sum (`direction_of`), and
   `fma` (one rounding or two, as the torch reference rounds on the device: src/comm/codecs/backend.py
   `float_rules`). The optimizers' fused steps (src/optim/fused/kernels.py) are built from these;
+- a quantization method's code and its block statistic are its entry's (src.quant.METHODS[name].triton, its
+  statistic's `triton`; the built-ins' are in src/quant/triton_codes.py), passed to the kernels as compile-time
+  arguments (`method_code`, `statistic_code`): a method or statistic without Triton code is declined here, and the
+  torch reference runs it;
 - one kernel per reference function (`CODECS`): a wrapper with the reference's signature that launches it and
   returns True, or returns False (nothing done) for arguments it does not take, and the reference runs.
 
 Layout (src/comm/codecs/packing.py): value j m + i of a chunk of k m values is field j of word i. A program
 handles `tile(gpu) // k` words and reads the k field planes of its words, each a contiguous run (coalesced loads).
 Float rules: `x * inverse` is one rounding, as torch's; `/` by the world size follows `reciprocal` (CUDA torch
-multiplies by the float reciprocal, CPU torch divides: backend.float_rules); log2 is libdevice's on the GPU (the
-CUDA math library torch's log2 calls) and NumPy's under the interpreter (torch's CPU log2 may differ from it in the
-last bit, so a log code can differ by one level where log2 falls within an ulp of a half level; the tests allow
-that and nothing else). Triton's own `/` is approximate on the GPU (div.full.f32): the kernels use `div_rn`.
+multiplies by the float reciprocal, CPU torch divides: backend.float_rules); the log codes' log2 follows
+src/quant/triton_codes.py (libdevice's on the GPU, NumPy's under the interpreter: a log code can differ by one
+level where log2 falls within an ulp of a half level; the tests allow that and nothing else). Triton's own `/` is
+approximate on the GPU (div.full.f32): the kernels use `div_rn`.
 Deliberate difference from the paper: its CuPy kernels pack consecutive values; these pack planes.
 """
 from __future__ import annotations
@@ -26,20 +29,23 @@ import triton.language as tl
 
 from src.comm.codecs import reference
 from src.comm.codecs.packing import FIELD_WIDTHS, fields_per_word, word_dtype
-from src.quant.blocks import BLOCK, STOCHASTIC_METHODS
-
-try:  # Triton 3.x: the GPU's math library (log2 as CUDA's log2f computes it)
-    from triton.language.extra import libdevice
-except ImportError:  # pragma: no cover - checked by backend.triton_status (MIN_TRITON)
-    libdevice = None
+from src.quant import Method
+from src.quant.blocks import BLOCK, Statistic, resolve
+from src.quant.triton_codes import sign_of
 
 GPU_TILE = 4096            # values per program on a GPU (a program's loads stay in registers)
 INTERPRETER_TILE = 1 << 16  # under the interpreter: each program is NumPy calls, fewer and larger is faster
 NUM_WARPS = 8
-L1, LINF, LINF_NOZERO, LOG = 0, 1, 2, 3
-METHODS = {"l1": L1, "linf": LINF, "linf_nozero": LINF_NOZERO, "log": LOG}
-ROUNDING = tl.constexpr(12582912.0)  # 1.5 * 2**23: y + ROUNDING - ROUNDING rounds y half to even for |y| < 2**22
-TINY = tl.constexpr(1.1754943508222875e-38)  # torch.finfo(torch.float32).tiny
+
+
+def method_code(method: Method):
+    """The method's Triton code (its entry's `triton`), None where it has none."""
+    return resolve(method.triton)
+
+
+def statistic_code(statistic: Statistic):
+    """The block statistic's Triton code (its `triton`), None where it has none."""
+    return resolve(statistic.triton)
 
 
 # --- helpers -----------------------------------------------------------------------------------------------------
@@ -52,18 +58,6 @@ def fma(x, y, z, MODE: tl.constexpr):
         return (x.to(tl.float64) * y.to(tl.float64) + z.to(tl.float64)).to(tl.float32)
     else:
         return x * y + z
-
-
-@triton.jit
-def rne(y):
-    """torch.round of y (half to even) for |y| < 2**22: the adder rounds y + 1.5 * 2**23 to an integer."""
-    return (y + ROUNDING) - ROUNDING
-
-
-@triton.jit
-def sign_of(x):
-    """torch.sign: +1, -1, or 0 for zeros and NaN."""
-    return (x > 0).to(tl.float32) - (x < 0).to(tl.float32)
 
 
 @triton.jit
@@ -82,29 +76,12 @@ def sign_fields(c):
 
 
 @triton.jit
-def level_fields(x, inverse, noise, METHOD: tl.constexpr, LEVELS: tl.constexpr, GPU: tl.constexpr):
-    """src.quant.blocks.quantize_blocks' code of x scaled by `inverse`, plus LEVELS (in [0, 2 LEVELS])."""
+def level_fields(x, inverse, noise, CODE: tl.constexpr, LEVELS: tl.constexpr, GPU: tl.constexpr):
+    """src.quant.blocks.quantize_blocks' code of x scaled by `inverse` (the method's Triton code CODE), plus LEVELS
+    (in [0, 2 LEVELS]); a NaN code is 0."""
     y = x * inverse
     nan = y != y
-    levels = LEVELS * 1.0
-    if METHOD == 0:  # l1: round, then clamp (clamping to +-(L+1) first keeps rne exact and changes nothing)
-        q = rne(tl.minimum(tl.maximum(tl.where(nan, 0.0, y), -levels - 1.0), levels + 1.0))
-        q = tl.minimum(tl.maximum(q, -levels), levels)
-    elif METHOD == 3:  # log: clamp(round(log2(max(|y|, tiny))) + L, 0, L) * sign(x)
-        a = tl.maximum(tl.abs(tl.where(nan, 1.0, y)), TINY)
-        if GPU:
-            lg = libdevice.log2(a)
-        else:
-            lg = tl.log2(a)
-        q = tl.minimum(tl.maximum(rne(lg) + levels, 0.0), levels) * sign_of(x)
-    else:  # linf, linf_nozero: floor + (u < fraction), clamped. y is clamped to +-(L + 2) first (the clamp after
-        # gives the same codes) so that floor can be rne(y) - (rne(y) > y): tl.floor flushes subnormals on the GPU
-        y = tl.minimum(tl.maximum(tl.where(nan, 0.0, y), -levels - 2.0), levels + 2.0)
-        r = rne(y)
-        f = r - (r > y).to(tl.float32)
-        q = tl.minimum(tl.maximum(f + (noise < y - f).to(tl.float32), -levels), levels)
-        if METHOD == 2:
-            q = tl.where((q == 0) & (x != 0), sign_of(x), q)
+    q = CODE(x, y, nan, noise, LEVELS * 1.0, GPU)
     q = tl.where(nan, 0.0, q)
     return q.to(tl.int32) + LEVELS
 
@@ -131,32 +108,13 @@ def direction_of(total, offset, divisor, VOTES: tl.constexpr, MAJORITY: tl.const
     return d
 
 
-@triton.jit
-def fold_sum_rows(a, ROWS: tl.constexpr):
-    """Per row of a [ROWS, 128] block, src.quant.blocks.fold_sum: halves added, 64 sums of 2 ... 1 of 128."""
-    s = tl.sum(tl.reshape(a, (ROWS, 2, 64)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 32)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 16)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 8)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 4)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 2)), axis=1)
-    s = tl.sum(tl.reshape(s, (ROWS, 2, 1)), axis=1)
-    return tl.reshape(s, (ROWS,))
-
-
-@triton.jit
-def max_rows(a):
-    """Per row, the maximum, NaN where the row holds a NaN (torch.amax propagates NaN)."""
-    largest = tl.max(a, axis=1)
-    return tl.where(tl.max((a != a).to(tl.int32), axis=1) > 0, float("nan"), largest)
-
-
 # --- the codec kernels ---------------------------------------------------------------------------------------------
 @triton.jit
 def _encode_kernel(out_ptr, x_ptr, inverse_ptr, noise_ptr, m, KIND: tl.constexpr, POSITIVE: tl.constexpr,
-                   METHOD: tl.constexpr, LEVELS: tl.constexpr, BITS: tl.constexpr, K: tl.constexpr,
-                   GPU: tl.constexpr, WORDS: tl.constexpr):
-    """Votes (KIND 0), signs (1) or levels (2) of k m values into m words."""
+                   CODE: tl.constexpr, NOISY: tl.constexpr, LEVELS: tl.constexpr, BITS: tl.constexpr,
+                   K: tl.constexpr, GPU: tl.constexpr, WORDS: tl.constexpr):
+    """Votes (KIND 0), signs (1) or levels (2: the method's code CODE, reading noise where NOISY) of k m values
+    into m words."""
     w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
     inside = w < m
     word = tl.zeros((WORDS,), tl.int32)
@@ -169,11 +127,11 @@ def _encode_kernel(out_ptr, x_ptr, inverse_ptr, noise_ptr, m, KIND: tl.constexpr
             field = sign_fields(x)
         else:
             inverse = tl.load(inverse_ptr + e // 128, mask=inside, other=0.0)
-            if METHOD == 1 or METHOD == 2:
+            if NOISY:
                 noise = tl.load(noise_ptr + e, mask=inside, other=0.0)
             else:
                 noise = 0.0
-            field = level_fields(x, inverse, noise, METHOD, LEVELS, GPU)
+            field = level_fields(x, inverse, noise, CODE, LEVELS, GPU)
         word = word | (field << (BITS * j))
     tl.store(out_ptr + w, word.to(out_ptr.dtype.element_ty), mask=inside)
 
@@ -215,16 +173,12 @@ def _signs_1bit_kernel(out_ptr, words_ptr, m, WORDS: tl.constexpr):
 
 
 @triton.jit
-def _block_stats_kernel(out_ptr, x_ptr, rows, MAXIMUM: tl.constexpr, ROWS: tl.constexpr):
-    """Per block of 128 values: sum |x| in the fixed tree, or max |x| (NaN-propagating)."""
+def _block_stats_kernel(out_ptr, x_ptr, rows, STAT: tl.constexpr, ROWS: tl.constexpr):
+    """Per block of 128 values, the statistic STAT of |x| (its Triton code)."""
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     inside = r < rows
     a = tl.abs(tl.load(x_ptr + r[:, None] * 128 + tl.arange(0, 128)[None, :], mask=inside[:, None], other=0.0))
-    if MAXIMUM:
-        stat = max_rows(a)
-    else:
-        stat = fold_sum_rows(a, ROWS)
-    tl.store(out_ptr + r, stat, mask=inside)
+    tl.store(out_ptr + r, STAT(a, ROWS), mask=inside)
 
 
 # --- wrappers with the reference's signatures ------------------------------------------------------------------------
@@ -274,39 +228,40 @@ def _gpu(t: torch.Tensor) -> bool:
     return t.device.type == "cuda"
 
 
-def _launch_encode(out, x, inverse, noise, kind, positive, method, levels, bits) -> bool:
+def _launch_encode(out, x, inverse, noise, kind, positive, code, levels, bits) -> bool:
     k = fields_per_word(bits)
     m, words = out.numel(), tile(_gpu(x)) // k
     if m:
         launch(_encode_kernel, _grid(m, words), out, x, inverse if inverse is not None else x,
-               noise if noise is not None else x, m, kind, bool(positive), method, levels, bits, k, _gpu(x), words,
-               num_warps=NUM_WARPS)
+               noise if noise is not None else x, m, kind, bool(positive), code, noise is not None, levels, bits, k,
+               _gpu(x), words, num_warps=NUM_WARPS)
     return True
 
 
 def encode_votes(out: torch.Tensor, update: torch.Tensor, positive: bool, bits: int) -> bool:
     if not (_plain(out, update) and update.dtype == torch.float32 and _words_for(out, update.numel(), bits)):
         return False
-    return _launch_encode(out, update, None, None, 0, positive, 0, 1, bits)
+    return _launch_encode(out, update, None, None, 0, positive, None, 1, bits)
 
 
 def encode_signs(out: torch.Tensor, update: torch.Tensor, bits: int) -> bool:
     if not (_plain(out, update) and update.dtype == torch.float32 and bits > 1
             and _words_for(out, update.numel(), bits)):
         return False
-    return _launch_encode(out, update, None, None, 1, True, 0, 1, bits)
+    return _launch_encode(out, update, None, None, 1, True, None, 1, bits)
 
 
 def encode_levels(out: torch.Tensor, update: torch.Tensor, inverse: torch.Tensor, noise: torch.Tensor | None,
-                  method: str, levels: int, bits: int) -> bool:
-    """reference.encode_levels; `update` flat or [blocks, BLOCK], `inverse` one scale per block of BLOCK values."""
+                  method: Method, levels: int, bits: int) -> bool:
+    """reference.encode_levels; `update` flat or [blocks, BLOCK], `inverse` one scale per block of BLOCK values;
+    declined (False) for a method without Triton code."""
     n = update.numel()
-    noisy = method in STOCHASTIC_METHODS
-    if not (_plain(out, update, inverse, noise) and method in METHODS and update.dtype == torch.float32
+    code, noisy = method_code(method), method.stochastic
+    if not (code is not None and _plain(out, update, inverse, noise) and update.dtype == torch.float32
             and inverse.dtype == torch.float32 and inverse.numel() * BLOCK == n and _words_for(out, n, bits)
             and 1 <= 2 * levels <= (1 << bits) - 1 and (not noisy or (noise is not None and noise.numel() == n))):
         return False
-    return _launch_encode(out, update, inverse, noise if noisy else None, 2, True, METHODS[method], levels, bits)
+    return _launch_encode(out, update, inverse, noise if noisy else None, 2, True, code, levels, bits)
 
 
 def float32_reciprocal(divisor: float) -> float:
@@ -353,19 +308,23 @@ def decode_signs_1bit(out: torch.Tensor, words: torch.Tensor) -> bool:
     return True
 
 
-def block_stats(out: torch.Tensor, blocks: torch.Tensor, method: str) -> bool:
-    """src.quant.blocks.block_stats of a [rows, BLOCK] float32 view into `out`; False where not taken."""
-    if not (_plain(out, blocks) and blocks.dtype == torch.float32 and out.dtype == torch.float32
-            and blocks.dim() == 2 and blocks.shape[1] == BLOCK and out.numel() == blocks.shape[0]):
+def block_stats(out: torch.Tensor, blocks: torch.Tensor, statistic: Statistic, buffer: torch.Tensor | None = None
+                ) -> bool:
+    """reference.block_stats: `statistic` of a [rows, BLOCK] float32 view into `out` (no scratch `buffer` needed);
+    False where not taken (a statistic without Triton code, or other tensors)."""
+    code = statistic_code(statistic)
+    if not (code is not None and _plain(out, blocks) and blocks.dtype == torch.float32
+            and out.dtype == torch.float32 and blocks.dim() == 2 and blocks.shape[1] == BLOCK
+            and out.numel() == blocks.shape[0]):
         return False
     rows = blocks.shape[0]
     if rows:
         per = stat_rows(_gpu(out))
-        launch(_block_stats_kernel, _grid(rows, per), out, blocks, rows, method != "l1", per,
-               num_warps=NUM_WARPS)
+        launch(_block_stats_kernel, _grid(rows, per), out, blocks, rows, code, per, num_warps=NUM_WARPS)
     return True
 
 
 CODECS = {reference.encode_votes: encode_votes, reference.encode_signs: encode_signs,
           reference.encode_levels: encode_levels, reference.decode_sums: decode_sums,
-          reference.majority_1bit: majority_1bit, reference.decode_signs_1bit: decode_signs_1bit}
+          reference.majority_1bit: majority_1bit, reference.decode_signs_1bit: decode_signs_1bit,
+          reference.block_stats: block_stats}

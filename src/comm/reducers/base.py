@@ -181,6 +181,17 @@ class Reducer:
         """The most ranks this reducer's sums fit (None: no bound)."""
         return None
 
+    def device_bound(self) -> tuple[str, float, str]:
+        """How far its direction on a GPU may be from the CPU's for the same inputs, as (rule, value, why) of
+        src/bench/gpu_check/tolerance.py (the conformance suite's `devices` property, run by `make gpu-check`):
+        here integer sums divided by a host scalar, within 2 ulps."""
+        return ("ulps", 2, "integer signs, votes and level sums divided by a host scalar (the world size, the "
+                           "levels): torch's CUDA division multiplies by the reciprocal")
+
+    def incomparable_across_devices(self) -> str | None:
+        """Why its result on one device cannot be compared with another's (None: it can, within `device_bound`)."""
+        return None
+
     def wire_bytes(self, numel: int) -> int:
         """Bytes this rank sends to reduce an update of `numel` elements (the algorithms of Table 1)."""
         raise NotImplementedError

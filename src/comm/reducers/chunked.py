@@ -130,6 +130,11 @@ class ChunkedReducer(Reducer):
             self._choices[key] = backend.choose(self.kernels, key[0], numel)
         return self._choices[key]
 
+    def phases(self, backend: str) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase on `backend`, for the run record: a subclass that
+        knows its codecs states them (PackedReducer, FullPrecisionReducer); none claimed here."""
+        return {}
+
     def slot(self, name: str, slot: int, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """Buffer `name` of pipeline slot `slot` (one per chunk in flight)."""
         return self.workspace.get(f"{name}{slot}", numel, dtype, device)

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.reducers.base import VOTES, Reducer, check_choice, tie_value, votes_into
+from src.comm.reducers.registry import register
 from src.comm.transport.collectives import all_gather_flat
 from src.comm.transport.device import collective_device
 from src.comm.codecs.packing import FIELD_WIDTHS, field_max, pack, packed_numel, unpack
@@ -153,6 +154,7 @@ class DistributedLionReducer(Reducer):
                 f"down_bits={self.down_bits})")
 
 
+@register("dlion_naive")
 class NaiveDistributedLion(DistributedLionReducer):
     """`dlion_naive`: workers send to rank 0 and receive from it, point to point."""
 
@@ -185,6 +187,7 @@ class NaiveDistributedLion(DistributedLionReducer):
         return (self.world_size - 1) * self.down_bytes(numel) if self.rank == 0 else self.up_bytes(numel)
 
 
+@register("dlion_tree")
 class TreeDistributedLion(DistributedLionReducer):
     """`dlion_tree`: `gather` of the 1-bit votes to rank 0, `broadcast` of its answer."""
 
@@ -211,6 +214,7 @@ class TreeDistributedLion(DistributedLionReducer):
                 + binomial_broadcast_bytes(self.down_bytes(numel), self.world_size, self.rank))
 
 
+@register("dlion_allgather")
 class AllgatherDistributedLion(DistributedLionReducer):
     """`dlion_allgather`: every rank gathers every worker's votes and computes the same aggregate."""
 

@@ -16,8 +16,10 @@ import torch
 import torch.distributed as dist
 
 from src.comm.codecs import reference as codec
+from src.comm.codecs.backend import runs
 from src.comm.reducers.base import Reduction
 from src.comm.reducers.chunked import ChunkedReducer
+from src.comm.reducers.registry import register
 from src.comm.transport.pipeline import Chunk
 from src.comm.cost.wire_bytes import ring_allreduce_bytes
 
@@ -25,17 +27,17 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class FullPrecisionReducer(ChunkedReducer):
-    """`fp32` / `bf16`: SUM allreduce of the raw updates, then sign (pipelined chunk by chunk)."""
+    """`fp32` / `bf16`: SUM allreduce of the raw updates, then sign (pipelined chunk by chunk); `name` is the
+    wire's dtype."""
 
-    def __init__(self, group=None, *, dtype: str = "fp32", vote: str = "majority", chunk: int | str = "auto",
+    def __init__(self, group=None, *, vote: str = "majority", chunk: int | str = "auto",
                  kernels: str = "auto", world_size: int | None = None, rank: int | None = None,
                  segments: Sequence[int] | None = None, check_finite: bool = False, timer=None):
-        self.name = dtype
         super().__init__(group, chunk=chunk, kernels=kernels, world_size=world_size, rank=rank, segments=segments,
                          check_finite=check_finite, timer=timer)
         if vote != "majority":
-            raise ValueError(f"{dtype}: the full-precision reducer supports vote='majority' only; got {vote!r}")
-        self.dtype = DTYPES[dtype]
+            raise ValueError(f"{self.name}: the full-precision reducer supports vote='majority' only; got {vote!r}")
+        self.dtype = DTYPES[self.name]
 
     def _align(self) -> int:
         return 1
@@ -55,5 +57,23 @@ class FullPrecisionReducer(ChunkedReducer):
             reduction.codec(codec.decode_sign)(out, received)
         return out
 
+    def phases(self, backend: str) -> dict[str, str]:
+        return {"encode": runs(codec.encode_cast, backend), "decode": runs(codec.decode_sign, backend)}
+
     def wire_bytes(self, numel: int) -> int:
         return ring_allreduce_bytes(numel * self.dtype.itemsize, self.world_size)
+
+    def device_bound(self) -> tuple[str, float, str]:
+        unit = torch.finfo(self.dtype).eps / 2
+        return ("sum", 2 * (self.world_size - 1) * unit, f"a {self.name} sum across {self.world_size} ranks in "
+                                                         "NCCL's order and gloo's")
+
+
+@register("fp32")
+class Float32Reducer(FullPrecisionReducer):
+    name = "fp32"
+
+
+@register("bf16")
+class BFloat16Reducer(FullPrecisionReducer):
+    name = "bf16"

@@ -29,10 +29,12 @@ from src.comm.cost.wire_bytes import pairwise_all_to_all_bytes, ring_allgather_b
 from src.comm.reducers.base import Reduction, check_choice, tie_value
 from src.comm.reducers.packed import PackedReducer
 from src.comm.reducers.wire import WireFormat
+from src.comm.reducers.registry import register
 from src.comm.transport.collectives import all_gather_flat
 from src.comm.transport.pipeline import Chunk
 
 
+@register("onebit")
 class OneBitReducer(PackedReducer):
     """`onebit`: all-to-all of 1-bit votes, local majority vote, allgather of 1-bit results."""
 

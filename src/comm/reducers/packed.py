@@ -9,7 +9,10 @@ A subclass sets `self.wire` (a `WireFormat`, src/comm/reducers/wire.py) in its c
   reduction's backend (torch, the C loops or Triton: src/comm/codecs/backend.py); per-layer scales from the block
   statistics of the chunks `statistics_wanted` names (src/comm/reducers/scales.py); stochastic rounding from a
   stream seeded from (seed, rank, step);
-- `decode`: the received fields to the direction (sign of the sums, or their average).
+- `decode`: the received fields to the direction (sign of the sums, or their average);
+- `phases(backend)`: which code runs the encode, the block statistics and the decode on a backend (a method's
+  codes and statistic run on the backend only where its src.quant.METHODS entry has code for it; where it has
+  none, `begin` says so once, by name).
 The fused GPU step (src/optim/fused/lion_cub.py) reads the same description and calls the same `exchange`, so a
 subclass runs on the chunked CPU step, the C loops, the overlapped steps and the fused step alike.
 Deliberate difference from the paper: one encoder and one decoder for every packed reducer instead of one pair per
@@ -21,7 +24,8 @@ import torch
 
 from src.comm.codecs import native
 from src.comm.codecs import reference as codec
-from src.comm.codecs.packing import field_width
+from src.comm.codecs.backend import runs, say_torch_path
+from src.comm.codecs.packing import check_bits, field_width
 from src.comm.reducers.base import Reduction, tie_value
 from src.comm.reducers.chunked import ChunkedReducer
 from src.comm.reducers.scales import Scales, tables_bytes
@@ -52,7 +56,8 @@ class PackedReducer(ChunkedReducer):
     def fit_fields(self, bits: int, per_rank: int, summed: str, refusal: str) -> int:
         """The narrowest field width >= `bits` that holds world_size ranks' sums of values up to `per_rank` (wider
         than asked where they would overflow, and then an adjustment naming `summed`, the values summed);
-        ValueError `refusal` where even 16-bit fields overflow."""
+        ValueError `refusal` where even 16-bit fields overflow, and naming `bits` where it is no field width."""
+        check_bits(bits)
         width = field_width(bits, per_rank, self.world_size)
         if width is None:
             raise ValueError(refusal)
@@ -83,6 +88,9 @@ class PackedReducer(ChunkedReducer):
         """A reduction with this step's per-layer scales (scaled codes) and rounding stream (stochastic codes)."""
         reduction = super().begin(sizes, step, device, checked)
         if self.wire.scaled:
+            phases = self.phases(reduction.backend)
+            say_torch_path(self.wire.method, reduction.backend,
+                           [p for p in ("encode", "statistics") if reduction.backend != phases[p] == "torch"])
             reduction.scales = Scales(self, reduction.plan, reduction.device, reduction.backend)
         if self.wire.stochastic:
             generator = self._generators.get(reduction.device)
@@ -108,35 +116,67 @@ class PackedReducer(ChunkedReducer):
         """The chunk's codes, packed into the slot's words (one fused pass)."""
         wire = self.wire
         words = self.send_words(reduction.plan, slot, reduction.device)[: chunk.length // wire.fields_per_word]
+        encoder = reduction.codec(self._encoder())
         with self.timer.phase("quantize"):
             if wire.codes == "votes":
-                reduction.codec(codec.encode_votes)(words, values, tie_value(reduction.step, wire.zeros) > 0,
-                                                    wire.bits)
+                encoder(words, values, tie_value(reduction.step, wire.zeros) > 0, wire.bits)
             elif wire.codes == "signs":
-                reduction.codec(codec.encode_signs)(words, values, wire.bits)
+                encoder(words, values, wire.bits)
             elif wire.codes == "levels":
                 inverse = reduction.scales.for_chunk(chunk)
                 noise = self._noise(chunk, reduction) if wire.stochastic else None
-                reduction.codec(codec.encode_levels)(words, values, inverse, noise, wire.method, wire.levels,
-                                                     wire.bits)
+                encoder(words, values, inverse, noise, wire.quantizer, wire.levels, wire.bits)
             else:
                 raise ValueError(f"{self.name}: no encoder for codes {wire.codes!r}")
         return words
 
-    def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
-        """L1 codes of a padded chunk straight from its pieces of the flat vector, with the explicit CPU loop
-        (src/comm/codecs/native.py; the native backend only, the same words as the padded copy's encode); else
-        None."""
+    def _encoder(self):
+        """The reference encoder of the wire format's codes."""
+        codes = self.wire.codes
+        if codes == "votes":
+            return codec.encode_votes
+        if codes == "signs":
+            return codec.encode_signs
+        if codes == "levels":
+            return codec.encode_levels
+        raise ValueError(f"{self.name}: no encoder for codes {codes!r}")
+
+    def _one_majority_bit(self) -> bool:
+        """Whether the received fields are one majority bit per element (decoded by decode_signs_1bit: the same +-1
+        as decode_sums, 1.4x faster in torch: 2^24 values, 78 vs 110 ms)."""
         wire = self.wire
-        if (wire.method != "l1" or reduction.backend != "native" or vector.device.type != "cpu"
-                or (self.check_finite and not reduction.checked) or native.library() is None):
+        return wire.result_bits == 1 and wire.codes == "votes" and wire.majority and wire.offset == 0.5
+
+    def _decoder(self):
+        """The reference decoder of the received fields."""
+        return codec.decode_signs_1bit if self._one_majority_bit() else codec.decode_sums
+
+    def phases(self, backend: str) -> dict[str, str]:
+        """Which code (torch, native, triton) runs each phase of a reduction on `backend`: `encode`, `statistics`
+        (scaled codes: the per-layer scales' block statistics) and `decode`, from the codecs the backend has and the
+        method's entry (src.quant.METHODS) and its statistic."""
+        method = self.wire.quantizer if self.wire.scaled else None
+        out = {"encode": runs(self._encoder(), backend, method)}
+        if method is not None:
+            out["statistics"] = runs(codec.block_stats, backend, method.statistic)
+        out["decode"] = runs(self._decoder(), backend)
+        return out
+
+    def encode_pieces(self, reduction: Reduction, chunk: Chunk, vector: torch.Tensor, slot: int) -> torch.Tensor | None:
+        """Levels codes of a padded chunk straight from its pieces of the flat vector, with the method's C loop
+        (src/comm/codecs/native.py; the native backend only, deterministic methods with C code, the same words as
+        the padded copy's encode); else None."""
+        wire = self.wire
+        if (not wire.scaled or wire.stochastic or wire.quantizer.native is None or reduction.backend != "native"
+                or vector.device.type != "cpu" or (self.check_finite and not reduction.checked)
+                or native.library() is None):
             return None
         words = self.send_words(reduction.plan, slot, reduction.device)[: chunk.length // wire.fields_per_word]
         inverse = reduction.scales.for_chunk(chunk)
         pieces = [(vector[p.unpadded: p.unpadded + p.length], p.at) for p in chunk.pieces]
         with self.timer.phase("quantize"):
-            done = native.encode_levels_pieces(words, pieces, chunk.length, inverse, None, "l1", wire.levels,
-                                               wire.bits)
+            done = native.encode_levels_pieces(words, pieces, chunk.length, inverse, None, wire.quantizer,
+                                               wire.levels, wire.bits)
         return words if done else None
 
     def _noise(self, chunk: Chunk, reduction: Reduction) -> torch.Tensor:
@@ -157,8 +197,7 @@ class PackedReducer(ChunkedReducer):
         """From the chunk's received fields to its direction, in `out`."""
         wire = self.wire
         with self.timer.phase("quantize"):
-            if wire.result_bits == 1 and wire.codes == "votes" and wire.majority and wire.offset == 0.5:
-                # one majority bit: the same +-1 as decode_sums, 1.4x faster in torch (2^24 values: 78 vs 110 ms)
+            if self._one_majority_bit():
                 reduction.codec(codec.decode_signs_1bit)(out, received)
             else:
                 reduction.codec(codec.decode_sums)(out, received, wire.result_bits, wire.offset,
@@ -167,6 +206,12 @@ class PackedReducer(ChunkedReducer):
 
     def wire_bytes(self, numel: int) -> int:
         return self.padded_wire_bytes(self.plan(numel).padded_numel)
+
+    def incomparable_across_devices(self) -> str | None:
+        if self.wire.stochastic:
+            return (f"{self.name}: stochastic rounding draws its noise from the device's generator, whose CPU and "
+                    "CUDA streams differ")
+        return None
 
     def padded_wire_bytes(self, padded_numel: int) -> int:
         """Bytes this rank sends for a padded vector of `padded_numel` elements, in any layout's chunks (the fused

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from src.comm.reducers.base import Reduction
 from src.comm.codecs.packing import fields_per_word, packed_bytes, word_dtype
 from src.comm.reducers.pbit import PBitReducer
+from src.comm.reducers.registry import register
 from src.comm.transport.pipeline import Chunk, Works
 from src.comm.cost.wire_bytes import binomial_broadcast_bytes, binomial_gather_bytes
 
@@ -39,6 +40,7 @@ def _server_sum(parts: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.sum(parts, dim=0, dtype=parts.dtype, out=out)
 
 
+@register("ps_naive")
 class NaiveParameterServer(_ParameterServer):
     name = "ps_naive"
 
@@ -67,6 +69,7 @@ class NaiveParameterServer(_ParameterServer):
         return (self.world_size - 1) * nbytes if self.rank == 0 else nbytes
 
 
+@register("ps_tree")
 class TreeParameterServer(_ParameterServer):
     name = "ps_tree"
 

@@ -36,6 +36,7 @@ from src.comm.cost.wire_bytes import ring_allreduce_bytes
 from src.comm.reducers.base import VOTES, ZERO_RULES, Reduction, check_choice
 from src.comm.reducers.packed import PackedReducer
 from src.comm.reducers.wire import WireFormat
+from src.comm.reducers.registry import register
 from src.comm.transport.pipeline import Chunk
 from src.quant import check_method
 
@@ -45,6 +46,7 @@ def largest_world_size(bits: int, levels: int, votes: bool) -> int:
     return field_max(bits) if votes else field_max(bits) // (2 * levels)
 
 
+@register("pbit")
 class PBitReducer(PackedReducer):
     """`pbit`: SUM allreduce of packed fields, pipelined chunk by chunk."""
 

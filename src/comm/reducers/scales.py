@@ -2,7 +2,9 @@
 
 A layer's scale needs every one of its values, so a chunk's codes need the block statistics of every chunk that
 holds a part of the layers the chunk touches: `wanted` names them, `observe` takes them in order (the backend's
-kernel or the torch reference), `for_chunk` turns the observed layers' statistics into one inverse scale per block.
+kernel where the method's statistic has code for it, else the torch reference), `for_chunk` turns the observed
+layers' statistics into one inverse scale per block. The statistic and the scale are the method's entry's
+(src.quant.METHODS[name], read through the reducer's wire format).
 `segment_tables` gives the tables that map blocks to layers for a chunk plan; the chunked step and the fused step
 both read them.
 Deliberate difference from the paper: the statistics are taken per block of 128 and summed per layer (a fixed
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from src.comm.codecs import backend as backends
 from src.comm.codecs import native
+from src.comm.codecs import reference as codec
 from src.comm.transport.pipeline import Chunk, ChunkPlan
-from src.quant.blocks import BLOCK, STATS_SLICE, block_stats, block_stats_of_pieces, segment_inverse
+from src.quant.blocks import BLOCK, STATS_SLICE, block_stats_of_pieces, segment_inverse
 
 
 def segment_tables(plan: ChunkPlan, device: torch.device, cache: dict) -> tuple:
@@ -46,10 +50,12 @@ class Scales:
     """Per-segment inverse scales of one reduction, computed ahead of the first chunk that needs each segment."""
 
     def __init__(self, reducer, plan: ChunkPlan, device: torch.device, backend: str):
-        """`reducer`: a packed reducer (its `wire` gives the method and levels; its workspace, timer and table
-        cache hold the buffers)."""
+        """`reducer`: a packed reducer (its `wire` gives the method's entry and levels; its workspace, timer and
+        table cache hold the buffers)."""
         self.reducer, self.plan, self.backend = reducer, plan, backend
-        self.method, self.levels = reducer.wire.method, reducer.wire.levels
+        self.method, self.levels = reducer.wire.quantizer, reducer.wire.levels
+        self.statistic = self.method.statistic
+        self.block_stats = backends.codec(codec.block_stats, backend)
         tables = segment_tables(plan, device, reducer.tables)
         self.segment_of_block, self.blocks_per_segment, self.sizes, self.needs = tables
         nseg = len(plan.layout.sizes)
@@ -69,8 +75,7 @@ class Scales:
         with self.reducer.timer.phase("quantize"):
             first = chunk.start // BLOCK
             out = self.stats[first: first + chunk.length // BLOCK]
-            if not self._kernel_stats(out, values.view(-1, BLOCK)):
-                block_stats(values.view(-1, BLOCK), self.method, out=out, buffer=self.buffer)
+            self.block_stats(out, values.view(-1, BLOCK), self.statistic, self.buffer)
         self.stats_done += 1
 
     def observe_pieces(self, chunk: Chunk, pieces: list[tuple[torch.Tensor, int]], magnitude: torch.Tensor) -> None:
@@ -80,35 +85,29 @@ class Scales:
         with self.reducer.timer.phase("quantize"):
             first = chunk.start // BLOCK
             out = self.stats[first: first + chunk.length // BLOCK]
-            if not (self.method == "l1" and self.backend == "native" and self._l1_of_pieces(pieces, out)):
-                block_stats_of_pieces(pieces, self.method, out, magnitude)
+            if not (self.backend == "native" and self._native_of_pieces(pieces, out)):
+                block_stats_of_pieces(pieces, self.statistic, out, magnitude)
         self.stats_done += 1
 
-    def _kernel_stats(self, out: torch.Tensor, blocks: torch.Tensor) -> bool:
-        """The block statistics by the reduction's backend (the C loop for l1, or Triton); False: the reference."""
-        if self.backend == "native" and self.method == "l1":
-            return native.block_l1(out, blocks)
-        if self.backend == "triton":
-            from src.comm.codecs import triton_kernels
-            return triton_kernels.block_stats(out, blocks, self.method)
-        return False
-
-    def _l1_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
-        """L1 block statistics with the explicit CPU loop (src/comm/codecs/native.py), straight from the pieces: whole
-        blocks in place, a piece's last, partial block from a zero-padded copy. False where the loop cannot run."""
-        if not (native.block_l1_ready() and out.device.type == "cpu" and self.buffer.device.type == "cpu"
+    def _native_of_pieces(self, pieces: list[tuple[torch.Tensor, int]], out: torch.Tensor) -> bool:
+        """The block statistics with the statistic's C loop (src/comm/codecs/native.py), straight from the pieces:
+        whole blocks in place, a piece's last, partial block from a zero-padded copy. False where the loop cannot
+        run (no C loop for the statistic, or tensors that are not plain CPU ones)."""
+        if not (native.block_stats_ready(self.statistic) and out.device.type == "cpu"
+                and self.buffer.device.type == "cpu"
                 and all(values.is_contiguous() and values.device.type == "cpu" for values, _ in pieces)):
             return False
         out.zero_()
         for values, at in pieces:
             whole = values.numel() - values.numel() % BLOCK
             row = at // BLOCK
-            native.block_l1(out[row: row + whole // BLOCK], values[:whole].view(-1, BLOCK))
+            native.block_stats(out[row: row + whole // BLOCK], values[:whole].view(-1, BLOCK), self.statistic)
             if whole < values.numel():
                 last = self.buffer[:BLOCK]
                 last[values.numel() - whole:].zero_()
                 last[: values.numel() - whole].copy_(values[whole:])
-                native.block_l1(out[row + whole // BLOCK: row + whole // BLOCK + 1], last.view(1, BLOCK))
+                native.block_stats(out[row + whole // BLOCK: row + whole // BLOCK + 1], last.view(1, BLOCK),
+                                   self.statistic)
         return True
 
     def _inverses_through(self, segments: int) -> None:

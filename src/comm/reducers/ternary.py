@@ -1,9 +1,10 @@
 """`ternary`: Lion Cub with ternary codes and a per-layer threshold, summed by a reduce-scatter and an allgather.
 
 The worked example of docs/extending.md: a reducer a user could have written, in this one file.
-- Codes: c -> -1, 0 or +1, with 0 where |c| is under half its layer's mean |c| (the L1 quantizer with one level per
-  side: round(c / (2 mean|c|)), clamped to [-1, 1]; Lion Cub, Section 4.2), shifted to {0, 1, 2} and packed into
-  2-bit fields (widened to 4, 8 or 16 bits when world_size ranks' sums would overflow them);
+- Codes: c -> -1, 0 or +1, with 0 where |c| is under its layer's mean |c| (Section 4.2's L1 quantizer with one
+  level per side, `quant: l1`: round(c / (2 mean|c|)), clamped to [-1, 1], is 0 exactly where |c| / (2 mean|c|) is
+  under one half; tests/test_reducers.py checks the threshold), shifted to {0, 1, 2} and packed into 2-bit fields
+  (widened to 4, 8 or 16 bits when world_size ranks' sums would overflow them);
 - exchange: a SUM reduce-scatter of the packed words (rank r sums part r of every rank's words), then an allgather
   of the summed parts; per element the field sum T gives S = T - world_size, and the direction is sign(S)
   (`vote: majority`) or S / world_size (`vote: average`).
@@ -30,7 +31,7 @@ from src.comm.transport.pipeline import Chunk
 
 @register("ternary")
 class TernaryReducer(PackedReducer):
-    """Ternary codes (0 under half the layer's mean |c|), reduce-scattered and allgathered."""
+    """Ternary codes (0 where |c| is under the layer's mean |c|), reduce-scattered and allgathered."""
 
     name = "ternary"
 
@@ -41,7 +42,7 @@ class TernaryReducer(PackedReducer):
                          check_finite=check_finite, timer=timer)
         check_choice("vote", vote, VOTES)
         self.vote = vote
-        self.bits = self.fit_fields(max(bits, 2), 2, "codes 0..2",  # W ranks sum up to 2 W
+        self.bits = self.fit_fields(bits, 2, "codes 0..2",  # W ranks sum up to 2 W
                                     f"ternary: the sums of {self.world_size} ranks' codes (up to "
                                     f"{2 * self.world_size}) overflow even 16-bit fields")
         world = self.world_size

@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.reducers.base import Reducer
+from src.comm.reducers.registry import register
 from src.comm.transport.collectives import all_gather_flat
 from src.comm.transport.device import collective_device
 from src.comm.codecs.packing import pack, packed_numel, unpack
@@ -116,6 +117,7 @@ def plan_layout(numel: int, segments: Sequence[int] | None, rows: Sequence[int] 
     return Layout(tuple(blocks), tuple(dense))
 
 
+@register("bitdp")
 class UltraLowBitAllreduce(Reducer):
     """`bitdp`: channel-scaled 1-/2-bit codes allgathered and summed locally; scales and dense parts allreduced."""
 

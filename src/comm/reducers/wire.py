@@ -9,8 +9,9 @@ new reducer whose codes are in this vocabulary gets all of them.
 Sent codes (`codes`), one field of `bits` bits per element, planar packing (src/comm/codecs/packing.py):
 - `votes`: sign(c) as 0/1, exact zeros by the tie rule `zeros` (alternate, plus, minus; Section 3.2);
 - `signs`: sign(c) + 1 in {0, 1, 2}, exact zeros kept (2 bits or more);
-- `levels`: Q(c) + L in [0, 2L] with a per-layer scale: `method` (src.quant: l1, log, linf, linf_nozero), `levels`
-  L; the scales are computed from blocks of 128 elements (src/quant/blocks.py).
+- `levels`: Q(c) + L in [0, 2L] with a per-layer scale: `method`, a method of src.quant.METHODS with per-layer
+  scales (l1, log, linf, linf_nozero, or one registered there; `quantizer` is its entry, which every path reads),
+  `levels` L; the scales are computed from blocks of 128 elements (src/quant/blocks.py).
 Received words (`exchange`'s result): fields of `received_bits` (default `bits`) holding a value T per element;
 S = 2 (T - offset) for votes, T - offset otherwise; the direction is sign(S) (`majority`) or S / divisor. So the
 p-bit allreduce of W ranks' votes has offset W / 2 (S = 2T - W), its levels offset W L and divisor W L; the 1-bit
@@ -28,8 +29,8 @@ from functools import cached_property
 import torch
 
 from src.comm.codecs.packing import check_bits, field_max, fields_per_word, word_dtype
-from src.quant import check_method
-from src.quant.blocks import BLOCK, SCALED, STOCHASTIC_METHODS
+from src.quant import METHODS, Method, check_method
+from src.quant.blocks import BLOCK
 
 CODES = ("votes", "signs", "levels")
 ZEROS = ("alternate", "plus", "minus")
@@ -58,10 +59,11 @@ class WireFormat:
         check_bits(self.result_bits)
         if self.codes == "levels":
             check_method(self.method, self.levels)
-            if self.method not in SCALED:
-                raise ValueError(f"wire format: levels codes take a method with per-layer scales "
-                                 f"({', '.join(SCALED)}), not {self.method!r}: src/quant/blocks.py has no scale rule "
-                                 "for it (docs/extending.md, adding a quantizer)")
+            if not self.quantizer.scaled:
+                scaled = ", ".join(name for name, entry in METHODS.items() if entry.scaled)
+                raise ValueError(f"wire format: levels codes take a method with per-layer scales ({scaled}), not "
+                                 f"{self.method!r}: its src.quant.METHODS entry has a whole-vector rule, not a "
+                                 "statistic, scale and code (docs/extending.md, adding a quantizer)")
             if 2 * self.levels > field_max(self.bits):
                 raise ValueError(f"wire format: levels [0, {2 * self.levels}] do not fit {self.bits}-bit fields")
         elif self.method is not None or self.levels != 1:
@@ -87,9 +89,17 @@ class WireFormat:
         return self.codes == "levels"
 
     @cached_property
+    def quantizer(self) -> Method:
+        """The entry of the levels codes' method in src.quant.METHODS, read once, when the format is built (what
+        every path reads of the method)."""
+        if not self.scaled:
+            raise ValueError(f"wire format: {self.codes} codes have no quantization method")
+        return METHODS[self.method]
+
+    @cached_property
     def stochastic(self) -> bool:
         """Whether the codes round stochastically (noise drawn per step from a seeded stream)."""
-        return self.scaled and self.method in STOCHASTIC_METHODS
+        return self.scaled and self.quantizer.stochastic
 
     @cached_property
     def block(self) -> int:

@@ -9,10 +9,12 @@ rounds them on the device (`FMA`: src/comm/codecs/backend.py `float_rules`):
     c = fma(1 - beta1, g, m * beta1)        # update_vector: _foreach_mul_ then _foreach_add_(alpha=1 - beta1)
     m <- fma(1 - beta2, g, m * beta2)       # lion_momentum_
     p <- fma(-lr, d, p * (1 - lr * wd))     # apply_direction_ (decay 1.0 when wd = 0: p * 1 is p)
-The codes and directions come from the wire format's Triton helpers (src/comm/codecs/triton_kernels.py), so the
-words and the parameters equal the chunked torch path's bit for bit on the same device.
+The codes and directions come from the wire format's Triton helpers (src/comm/codecs/triton_kernels.py), and a
+scaled method's code (CODE) and block statistic (STAT) from its src.quant.METHODS entry, passed as compile-time
+arguments, so the words and the parameters equal the chunked torch path's bit for bit on the same device.
 
-- `cub_stats`: per block of 128, sum |c| (the fixed tree) or max |c|: the per-layer scales' statistics (l1, log);
+- `cub_stats`: per block of 128, the method's statistic of |c| (STAT: e.g. the sum in the fixed tree, the max):
+  the per-layer scales' statistics;
 - `cub_encode`: per word of a bucket, c and the new momentum of its k elements, Q(c) packed (m written in place,
   unless WRITE_M is false: a speculative step, src/optim/speculation.py, commits the momentum later);
 - `cub_momentum`: the momentum step alone, m <- fma(1 - beta2, g, m * beta2), as `cub_encode` writes it;
@@ -24,8 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from src.comm.codecs.triton_kernels import (direction_of, field_of, fma, fold_sum_rows, level_fields, max_rows,
-                                            sign_fields, sign_of, vote_fields)
+from src.comm.codecs.triton_kernels import direction_of, field_of, fma, level_fields, sign_fields, sign_of, vote_fields
 from src.optim.fused.buffers import HYPER_COLUMNS, HYPER_WIDTH
 
 VOTES, SIGNS, LEVELS_KIND = 0, 1, 2  # what a Lion Cub bucket sends per element (cub_encode's KIND)
@@ -37,15 +38,6 @@ BETA2 = tl.constexpr(HYPER_COLUMNS.index("beta2"))
 ONE_MINUS_BETA2 = tl.constexpr(HYPER_COLUMNS.index("one_minus_beta2"))
 DECAY = tl.constexpr(HYPER_COLUMNS.index("decay"))
 MINUS_LR = tl.constexpr(HYPER_COLUMNS.index("minus_lr"))
-
-
-def block_maximum(method: str) -> bool:
-    """cub_stats' MAXIMUM for a scaled method: the block's largest |c| (log) or its sum (l1)."""
-    if method == "l1":
-        return False
-    if method == "log":
-        return True
-    raise ValueError(f"the fused step has no block statistic for quant {method!r}")
 
 
 def code_kind(codes: str) -> int:
@@ -93,9 +85,9 @@ def cub_momentum(m_ptr, g_ptr, group_ptr, hyper_ptr, n, FMA: tl.constexpr, BLOCK
 
 
 @triton.jit
-def cub_stats(stats_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, nblocks, MAXIMUM: tl.constexpr, FMA: tl.constexpr,
+def cub_stats(stats_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, nblocks, STAT: tl.constexpr, FMA: tl.constexpr,
               ROWS: tl.constexpr):
-    """stats[b] = sum |c| (fixed tree) or max |c| over block b of 128 elements."""
+    """stats[b] = the statistic STAT of |c| over block b of 128 elements."""
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     inside = r < nblocks
     offsets = r[:, None] * 128 + tl.arange(0, 128)[None, :]
@@ -103,20 +95,17 @@ def cub_stats(stats_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, nblocks, MAXIMUM: t
     m = tl.load(m_ptr + offsets, mask=inside[:, None], other=0.0)
     g = tl.load(g_ptr + offsets, mask=inside[:, None], other=0.0)
     a = tl.abs(_update_vector(m, g, group, hyper_ptr, FMA))
-    if MAXIMUM:
-        stat = max_rows(a)
-    else:
-        stat = fold_sum_rows(a, ROWS)
-    tl.store(stats_ptr + r, stat, mask=inside)
+    tl.store(stats_ptr + r, STAT(a, ROWS), mask=inside)
 
 
 @triton.jit
 def cub_encode(words_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, inverse_ptr, m_words, first_block,
-               KIND: tl.constexpr, POSITIVE: tl.constexpr, METHOD: tl.constexpr, LEVELS: tl.constexpr,
+               KIND: tl.constexpr, POSITIVE: tl.constexpr, CODE: tl.constexpr, LEVELS: tl.constexpr,
                BITS: tl.constexpr, K: tl.constexpr, FMA: tl.constexpr, GPU: tl.constexpr, WORDS: tl.constexpr,
                WRITE_M: tl.constexpr = True):
-    """Words of a bucket of K m_words elements: field j of word i is element j m_words + i's code of c; the
-    momentum of every element stepped in place (with WRITE_M)."""
+    """Words of a bucket of K m_words elements: field j of word i is element j m_words + i's code of c (votes, signs,
+    or levels by the method's Triton code CODE: None for the others); the momentum of every element stepped in place
+    (with WRITE_M)."""
     w = tl.program_id(0).to(tl.int64) * WORDS + tl.arange(0, WORDS)
     inside = w < m_words
     word = tl.zeros((WORDS,), tl.int32)
@@ -135,7 +124,7 @@ def cub_encode(words_ptr, m_ptr, g_ptr, group_ptr, hyper_ptr, inverse_ptr, m_wor
             field = sign_fields(c)
         else:
             inverse = tl.load(inverse_ptr + block, mask=inside, other=0.0)
-            field = level_fields(c, inverse, 0.0, METHOD, LEVELS, GPU)
+            field = level_fields(c, inverse, 0.0, CODE, LEVELS, GPU)
         word = word | (field << (BITS * j))
     tl.store(words_ptr + w, word.to(words_ptr.dtype.element_ty), mask=inside)
 

@@ -11,13 +11,14 @@ the wire (`BUCKET` elements: 32 MiB of 4-bit fields), and each bucket takes:
   3. `cub_apply` (one kernel): read the received words and p, write p.
 The step reads the reducer's wire format (`reducer.wire`, src/comm/reducers/wire.py: the codes, field widths, the
 sum rule) and calls its `exchange`, nothing else, so any packed reducer (src/comm/reducers/packed.py) runs here.
-Per-layer scales (quant l1 or log) need every layer's statistics before its first code: one `cub_stats` kernel over
-all parameters first (a second read of m and g), then the scales with the same torch functions the reference uses
-(src.quant.blocks.segment_inverse: a few launches for the whole vector). So a step is 2 launches per bucket plus a
-constant few, whatever the number of layers. With overlap, every bucket's encode and collective is launched in
-`step()` and its apply runs in the next forward pass, as on the chunked path (src/optim/overlap.py). Momentum sync
-averages the chosen layers' momenta in place: the whole momentum buffer for `layers: all`, else the chosen blocks
-gathered with one `index_select`, allreduced and put back with one `index_copy_`.
+Per-layer scales (quant l1, log, or a method of one's own with Triton code) need every layer's statistics before its
+first code: one `cub_stats` kernel over all parameters first (a second read of m and g; the method's statistic),
+then the scales with the same torch functions the reference uses (src.quant.blocks.segment_inverse: a few launches
+for the whole vector). So a step is 2 launches per bucket plus a constant few, whatever the number of layers. With
+overlap, every bucket's encode and collective is launched in `step()` and its apply runs in the next forward pass,
+as on the chunked path (src/optim/overlap.py). Momentum sync averages the chosen layers' momenta in place: the whole
+momentum buffer for `layers: all`, else the chosen blocks gathered with one `index_select`, allreduced and put back
+with one `index_copy_`.
 
 The layout differs from the chunked path's (every parameter starts at a multiple of 128 elements; buckets instead
 of chunks), which changes nothing per element: votes and codes are per element, and a layer's scale is its own.
@@ -25,9 +26,10 @@ The words on the wire are then those of another permutation, the same codes; the
 step equal the chunked path's bit for bit on the same device (src/comm/codecs/backend.py `float_rules`), except
 momentum sync at 3 or more ranks, where the collective may add the ranks' momenta in another order (ranks still
 agree bit for bit). Which reducers: every reducer with a wire format (pbit, onebit, the parameter servers, a
-user's packed reducer) whose codes the kernels have (sign votes, exact-zero signs, l1 and log levels); stochastic
-rounding (linf: its noise is drawn chunk by chunk from torch's generator) and the reducers without a packed wire
-format (full precision, the neighbours' reducers) keep the chunked step.
+user's packed reducer) whose codes the kernels have (sign votes, exact-zero signs, and levels of a method whose
+src.quant.METHODS entry and statistic have Triton code: l1 and log); stochastic rounding (linf: its noise is drawn
+chunk by chunk from torch's generator), a method without Triton code, and the reducers without a packed wire format
+(full precision, the neighbours' reducers) keep the chunked step, which says why in one line at start.
 Deliberate difference from the paper: its step also runs kernel by kernel per layer (CuPy); ours is fused.
 """
 from __future__ import annotations
@@ -66,8 +68,12 @@ def unsupported(reducer, params: Sequence[torch.Tensor], names: Sequence[str]) -
                 "kernels encode and decode")
     if wire.stochastic:
         return f"quant {wire.method} draws its rounding noise from torch's generator chunk by chunk"
-    if wire.scaled and wire.method not in triton_kernels.METHODS:
-        return f"the fused kernels have no code for quant {wire.method}"
+    if wire.scaled:
+        missing = [what for what, code in (("code", wire.quantizer.triton),
+                                           ("block statistic", wire.quantizer.statistic.triton)) if code is None]
+        if missing:
+            return (f"quant {wire.method} has no Triton {' or '.join(missing)} (src.quant.METHODS"
+                    f"[{wire.method!r}]), which the fused kernels run")
     return check_flat(params, names)
 
 
@@ -115,6 +121,12 @@ class FusedLionCub:
         """Every bucket applied: FSDP2's shards take the new parameters (nothing to do on a flat run)."""
         if self.bridge:
             self.bridge.push()
+
+    def phases(self) -> dict[str, str]:
+        """Every phase runs in the Triton kernels: encode (`cub_encode`), the block statistics of scaled codes
+        (`cub_stats`), decode and update (`cub_apply`)."""
+        return {"encode": "triton", **({"statistics": "triton"} if self.scaled else {}), "decode": "triton",
+                "update": "triton"}
 
     # --- one step ---------------------------------------------------------------------------------------------
     @property
@@ -171,9 +183,10 @@ class FusedLionCub:
             triton_kernels.launch(kernels.cub_stats, (triton.cdiv(layout.nblocks, rows),), stats_ptr=stats,
                                   m_ptr=self.buffers.momenta, g_ptr=self.buffers.grads,
                                   group_ptr=self.group_of_block, hyper_ptr=self.hyper.table,
-                                  nblocks=layout.nblocks, MAXIMUM=kernels.block_maximum(wire.method),
+                                  nblocks=layout.nblocks,
+                                  STAT=triton_kernels.statistic_code(wire.quantizer.statistic),
                                   FMA=self.rules.fma, ROWS=rows, num_warps=NUM_WARPS)
-        inverse = segment_inverse(stats, blocks_per_segment, sizes, wire.method, wire.levels)
+        inverse = segment_inverse(stats, blocks_per_segment, sizes, wire.quantizer, wire.levels)
         return torch.index_select(torch.cat([inverse, inverse.new_zeros(1)]), 0, segment_of_block)
 
     def bucket_step(self, reduction: Reduction, chunk: Chunk, slot: int, momentum: bool = True):
@@ -206,7 +219,7 @@ class FusedLionCub:
                               hyper_ptr=self.hyper.table,
                               inverse_ptr=reduction.inverse if wire.scaled else self.buffers.grads,  # read if scaled
                               m_words=m_words, first_block=chunk.start // BLOCK, KIND=kind, POSITIVE=positive,
-                              METHOD=triton_kernels.METHODS[wire.method] if wire.scaled else 0,  # signs read none
+                              CODE=triton_kernels.method_code(wire.quantizer) if wire.scaled else None,
                               LEVELS=wire.levels, BITS=wire.bits, K=k, FMA=self.rules.fma, GPU=self.rules.gpu,
                               WORDS=words_per_program, WRITE_M=momentum, num_warps=NUM_WARPS)
         return words
