@@ -67,9 +67,9 @@ def tie_rates(run: Run) -> list[dict]:
     return out
 
 
-def spread(values: list[float], digits: int = 4) -> str:
+def spread(values: list[float], digits: int = 4, unit: str = "") -> str:
     """The one spread rule (analysis/verdicts.py SPREAD): `m (lo to hi, n=k)`, or the value alone."""
-    return Spread.of(values).text(f".{digits}g") if values else "-"
+    return Spread.of(values).text(f".{digits}g", unit) if values else "-"
 
 
 def band_check(id_: str, claim: str, mine: list[float], theirs: list[float], names: tuple[str, str]) -> Check:
@@ -117,7 +117,7 @@ def markdown(conv: dict[str, Run], roles: dict[str, Run]) -> str:
         for run in roles.values():
             cells = tie_rates(run)
             lines.append(f"| {run.label} | {voters(run)} | {run.world_size} | {cells[0]['step']} | " + " | ".join(
-                spread([c[k] for c in cells], 3) + "%" for k in ("tie", "agree", "oppose", "lion0")) + " |")
+                spread([c[k] for c in cells], 3, "%") for k in ("tie", "agree", "oppose", "lion0")) + " |")
     return "\n".join(lines) + "\n"
 
 

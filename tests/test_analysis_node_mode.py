@@ -60,9 +60,9 @@ def test_node_mode_checks_follow_the_numbers(tmp_path):
     found = checks(out)
     assert [c["verdict"] for c in found.values()] == ["shown", "shown", "shown"]
     assert found[node_mode.CONVERGE]["shown_in"] == 3 and found[node_mode.BAND]["across_seeds"]
-    assert "inside flat cub4's band 6-6.1" in found[node_mode.BAND]["measured"]
+    assert "inside flat cub4's band 6 to 6.1" in found[node_mode.BAND]["measured"]
     text = (out / "node_mode.md").read_text()
-    assert "| nodes | 2 | 4 | 200 | 47 (46.5-47.5, 3 seeds)% |" in text and "| flat 4 workers | 4 | 4 |" in text
+    assert "| nodes | 2 | 4 | 200 | 47% (46.5 to 47.5%, n=3) |" in text and "| flat 4 workers | 4 | 4 |" in text
     assert (out / "node_mode.png").stat().st_size > 10_000
 
     convergence(runs, "cub4_node", [6.20, 6.16, 6.18], hierarchy="node")   # 3 % above Lion, above cub4's band
