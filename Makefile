@@ -43,9 +43,10 @@ bench: install  ## communication benchmark on an emulated 2-host x 2-rank Ethern
 	$(PYTHON) -m src.bench.comm_suite --out results/bench/comm
 
 .PHONY: table-a1
-table-a1: install  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, paper-equivalent Ethernet and InfiniBand links (root)
+table-a1: install laptop-data  ## Table A.1 / Fig. 10 analogue: GPT-2++ 38.7M on the emulated 2x2 cluster, paper-equivalent Ethernet and InfiniBand links (root); then the node hierarchy's rows (cub4_node, lion32_hsdp beside cub4 and lion32; 2 models, clip 0 and 1.0, 3 repeats)
 	$(PYTHON) -m src.data.demo_corpus --out data/demo_text
 	$(PYTHON) -m experiments.table_a1 --out results/table_a1
+	$(PYTHON) -m experiments.table_a1 --node --out results/table_a1/node
 
 # A real Slurm on this machine (slurm/local.py): 2 nodes, each a slurmd in its own network namespace of the emulated
 # 1 Gbit/s Ethernet cluster. `source $(SLURM_DIR)/env.sh` points sbatch, squeue, ... and slurm.submit at it.

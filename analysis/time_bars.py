@@ -27,8 +27,16 @@ from src.runlog.runs import Run, distinguish, load_run
 from src.runlog.timing_table import COLUMNS, PHASES, timed_rows, timing_summary, to_markdown
 
 SEGMENTS = (*PHASES, "other")
-VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg",
-                 "ddp_lion", "ddp_lion_bf16", "adamw32", "ddp_adamw", "onebit_adam", "bitdp2", "bitdp1")
+VARIANT_ORDER = ("lion32", "lion16", "cub8", "cub4", "cub1", "lion32_hsdp", "lion16_hsdp", "cub8_node", "cub4_node",
+                 "cub1_node", "dlion_mavo", "dlion_avg", "ps8_mavo", "ps8_avg", "ddp_lion", "ddp_lion_bf16", "adamw32",
+                 "ddp_adamw", "onebit_adam", "bitdp2", "bitdp1")
+# The node hierarchy's findings (variant.hierarchy: node): a check id, a step ratio, the finding's side of `null` and
+# the networks (by a word of their name) it is claimed on: cub4 with nodes as voters at most 0.7x flat cub4's step on
+# the paper-equivalent Ethernet, at least 1.9x over Lion 32-bit on the paper-equivalent InfiniBand (flat: 1.77x).
+NODE_TARGETS = (("node_step_at_most_07x_flat", "cub4_node", "cub4", "below", 0.7, "ethernet",
+                 "at most 0.7x flat cub4's step"),
+                ("node_speedup_19x_on_ib", "lion32", "cub4_node", "above", 1.9, "infiniband",
+                 "at least 1.9x over Lion (32bit)"))
 PRECISION_CHAIN = ("lion32", "lion16", "cub8", "cub4")
 COLORS = {"forward": "#4c72b0", "backward": "#55a868", "quantize": "#c44e52", "communicate": "#8172b2",
           "update": "#ccb974", "other": "#bbbbbb"}
@@ -90,6 +98,15 @@ def wire_bytes(run: Run) -> int | None:
     return int(value) if value else None
 
 
+def link_bytes(run: Run) -> int | None:
+    """Bytes per step through a node's link to the network: one rank's (a flat ring crosses each node's link once),
+    or, under hierarchy=node, the node's ranks' together (each votes its shard over that link at once)."""
+    sent = wire_bytes(run)
+    node = (run.summary or {}).get("hierarchy") or {}
+    return None if sent is None else sent * int(node.get("ranks_per_node", 1) if node.get("hierarchy") == "node"
+                                                else 1)
+
+
 def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
     """The Table A.1 rows of `runs` (Run objects or run folders), each with `kind` (the variant's name, with
     `+overlap` when `variant.overlap` is on), its speedup over its group's Lion (32bit) and the limits of
@@ -101,6 +118,7 @@ def with_speedup(runs: list[Run | str | Path]) -> list[dict]:
         row["network"] = network_label(run, row)
         row["kind"] = run.variant_label
         row["wire_bytes"] = wire_bytes(run)  # bars and rows are named by row["label"]
+        row["link_bytes"] = link_bytes(run)
         row.update(speculation(run))
         rows.append(row)
     label_within(runs, rows, group_key)
@@ -145,8 +163,8 @@ def label_within(runs: list[Run], rows: list[dict], panel) -> None:
 
 def add_limits(rows: list[dict], base: dict[tuple, dict]) -> None:
     """Per row, speedups over its group's Lion (32bit) that bound what the row could reach:
-    - `amdahl_limit`: only Lion 32-bit's communication shrinks, by the wire-bytes ratio r (Amdahl's law on its
-      communication share s = communicate / total): 1 / (1 - s + s / r);
+    - `amdahl_limit`: only Lion 32-bit's communication shrinks, by the ratio r of the bytes through a node's link
+      (`link_bytes`; Amdahl's law on its communication share s = communicate / total): 1 / (1 - s + s / r);
     - `overlap_limit`: the row's variant with its communication hidden behind all of its computation, so that a
       step costs max(compute, communicate) of the synchronous run of that variant;
     - `forward_overlap_limit`: what hiding it behind the next forward pass and the data loading can reach
@@ -160,8 +178,8 @@ def add_limits(rows: list[dict], base: dict[tuple, dict]) -> None:
         r["amdahl_limit"] = r["overlap_limit"] = r["forward_overlap_limit"] = None
         if not b:
             continue
-        if b.get("wire_bytes") and r.get("wire_bytes"):
-            share, ratio = b["communicate_ms"] / b["total_ms"], b["wire_bytes"] / r["wire_bytes"]
+        if b.get("link_bytes") and r.get("link_bytes"):
+            share, ratio = b["communicate_ms"] / b["total_ms"], b["link_bytes"] / r["link_bytes"]
             r["amdahl_limit"] = round(1 / (1 - share + share / ratio), 2)
         total, comm = twin["total_ms"], twin["communicate_ms"]
         hidden_by_forward = min(comm, twin["forward_ms"] + twin["other_ms"])
@@ -248,11 +266,27 @@ def checks(rows: list[dict]) -> list[Check]:
                 result.append(timing_checks.check(
                     "overlap_shortens_step", f"{where}: {kind} hides communication: a shorter step than synchronous "
                     f"{sync}", [_ratio(by, sync, kind, TOTAL, "above", "step")]))
+        result += node_checks(net, where, by)
         if "cub1" in by and "cub4" in by:
             result.append(timing_checks.check(
                 "cub1_comm_longer_than_cub4", f"{where}: the 1-bit allreduce communicates longer than 4-bit "
                 "(pack/unpack overhead, as the paper found at 2 nodes)",
                 [_ratio(by, "cub1", "cub4", COMM, "above", "comm")], paper="1-bit longer at 2 nodes"))
+    return result
+
+
+def node_checks(net: str, where: str, by: dict) -> list[Check]:
+    """Where a group has cub4 with nodes as voters: its step against flat cub4's and lion32_hsdp's, and the targets
+    of NODE_TARGETS on the networks they are claimed on."""
+    if "cub4_node" not in by:
+        return []
+    result = [timing_checks.check("node_step_shorter", f"{where}: cub4_node's step is shorter than {other}'s",
+                                  [_ratio(by, other, "cub4_node", TOTAL, "above", "step")])
+              for other in ("cub4", "lion32_hsdp") if other in by]
+    for id_, a, b, side, null, word, claim in NODE_TARGETS:
+        if word in net.lower() and a in by and b in by:
+            result.append(timing_checks.check(id_, f"{where}: cub4_node {claim}", [timing_checks.ratio(
+                f"{a} / {b} step", by[a]["samples"], by[b]["samples"], side, TOTAL, null=null)]))
     return result
 
 

@@ -50,20 +50,22 @@ class Ratio:
                 f"({self.steps[0]}/{self.steps[1]} timed samples{rep}{need})")
 
 
-def ratio(name: str, a: Samples, b: Samples, side: str, column: int = 0, columns: tuple[int, int] | None = None) -> Ratio:
+def ratio(name: str, a: Samples, b: Samples, side: str, column: int = 0, columns: tuple[int, int] | None = None,
+          null: float = 1.0) -> Ratio:
     """mean(a[:, column]) / mean(b[:, column]) (or a's `columns[0]` over b's `columns[1]`), its interval and the
-    decision for a finding that says it is `side` ('above' | 'below') 1."""
+    decision for a finding that says it is `side` ('above' | 'below') `null` (1: no difference; a target such as
+    "at most 0.7x" otherwise)."""
     ca, cb = columns or (column, column)
     n = (sum(len(r) for r in a), sum(len(r) for r in b))
     if min(n) < MIN_SAMPLES:
         means = [np.concatenate([np.asarray(r)[:, c] for r in s]).mean() if k else np.nan
                  for s, c, k in ((a, ca, n[0]), (b, cb, n[1]))]
-        return Ratio(name, float(means[0] / means[1]), np.nan, np.nan, side, None, n, (len(a), len(b)))
+        return Ratio(name, float(means[0] / means[1]), np.nan, np.nan, side, None, n, (len(a), len(b)), null=null)
     value, low, high = bootstrap(lambda s: float(s[0][:, ca].mean() / s[1][:, cb].mean()), [a, b])
-    holds = decide(low, high, side)
+    holds = decide(low, high, side, null)
     needed = steps_to_resolve([np.asarray(r)[:, [ca]] for r in a], [np.asarray(r)[:, [cb]] for r in b]) \
-        if holds is None else None
-    return Ratio(name, value, low, high, side, holds, n, (len(a), len(b)), needed)
+        if holds is None and null == 1.0 else None
+    return Ratio(name, value, low, high, side, holds, n, (len(a), len(b)), needed, null)
 
 
 def share(name: str, a: Samples, part: int, whole: int, threshold: float, side: str) -> Ratio:

@@ -32,6 +32,9 @@ error bars of Fig. 2 and Table 1) is not a spread over seeds; the timing compari
 A draw's seed is its runs' seed; where no single seed is theirs (runs that record none, or configurations run once
 at different seeds) it is None, shown as "unseeded", never as an invented number.
 
+A claim about the seeds' band (a configuration's final value inside another's min-max over the seeds: the node
+mode's convergence) is decided once, on every seed's runs together: its verdict is that drawing's (`across_seeds`).
+
 A check's `id` names the finding it tests (`ties_over_30_at_4`): checks of one figure that test one finding on
 several panels (a network, a model size) share it and differ in their `claim`, which tells the checks apart. A
 manifest's `unshown:` reasons are keyed by it (experiments/manifest.py).
@@ -64,6 +67,7 @@ RULE = ("A check is **shown** when it holds in every seed that decided it, **not
         "of all repeats: the ratio of the mean times with a 95 % interval (two-level bootstrap over repeats and "
         "steps, 2000 resamples); an interval on the finding's side of 1 (of the threshold, for a share) shows it, "
         "on the other side it is not shown, and an interval that includes 1 (no difference) is **within noise**. "
+        "A claim about the seeds' band is decided once, on all seeds together. "
         f"Spread: {SPREAD}. One seed gives a single run's verdict, marked 1 of 1.")
 
 Samples = Sequence[np.ndarray]  # one array per repeat: its timed steps (rows), one column per paired quantity
@@ -75,7 +79,9 @@ class Check:
     `claim` says it; `holds` is True/False, or None when it cannot be decided from these runs (then `measured` says
     why) or, for a timing comparison with an `interval`, when the interval includes no difference (within noise).
     `value` is the number it compares (the tie rate, a ratio of times), whose spread over seeds the index shows;
-    `interval` the 95 % interval of a timing comparison's `value`; `paper` the paper's number, where it gives one."""
+    `interval` the 95 % interval of a timing comparison's `value`; `paper` the paper's number, where it gives one;
+    `across_seeds`: a claim about the seeds' band (one configuration against another's spread over the seeds),
+    decided once on every seed's runs together (`over_seeds`)."""
     id: str
     claim: str
     measured: str
@@ -83,6 +89,7 @@ class Check:
     value: float | None = None
     interval: list[float] | None = None
     paper: str = ""
+    across_seeds: bool = False
 
     def __post_init__(self):
         if not ID.fullmatch(self.id):
@@ -209,6 +216,7 @@ class Finding:
     missing: dict[int, str] = field(default_factory=dict)   # seed: why it has no verdict for this check
     interval: list[float] | None = None                      # the pooled comparison's, where it decides
     pooled: str = ""                                         # the pooled comparison's measured text
+    across_seeds: bool = False                               # decided once on every seed's runs together
 
     @property
     def decided(self) -> list[int | None]:
@@ -230,7 +238,7 @@ class Finding:
         return self.spread.text() if self.spread else "-"
 
     def k_of_n(self) -> str:
-        return f"{self.shown_in} of {len(self.decided)}"
+        return "decided on all" if self.across_seeds else f"{self.shown_in} of {len(self.decided)}"
 
     def measured_text(self) -> str:
         """The pooled comparison's text, else each seed's (prefixed by its seed where several)."""
@@ -242,7 +250,8 @@ class Finding:
         return {"id": self.id, "claim": self.claim, "paper": self.paper, "verdict": self.verdict,
                 "holds": {SHOWN: True, NOT_SHOWN: False}.get(self.verdict), "shown_in": self.shown_in,
                 "decided": len(self.decided), "spread": self.summary(), "spread_text": self.spread_text(),
-                "interval": self.interval, "pooled": self.pooled, "measured": self.measured_text(),
+                "interval": self.interval, "pooled": self.pooled, "across_seeds": self.across_seeds,
+                "measured": self.measured_text(),
                 "per_seed": {seed_name(k): {"holds": self.holds[k], "value": self.values.get(k),
                                             "measured": self.measured[k]} for k in self.holds},
                 "missing": {seed_name(k): v for k, v in self.missing.items()}}
@@ -257,6 +266,10 @@ def over_seeds(claim: str, per_seed: dict[int | None, dict], pooled: dict | None
     finding = Finding(claim, UNDECIDED, sorted({*per_seed, *(missing or {})}, key=lambda s: (s is None, s or 0)),
                       id=next((c["id"] for c in known if c.get("id")), ""),
                       paper=next((c["paper"] for c in known if c.get("paper")), ""), missing=dict(missing or {}))
+    if pooled is not None and pooled.get("across_seeds"):  # the seeds' band: every seed's runs at once decide
+        finding.across_seeds, finding.missing, finding.pooled = True, {}, str(pooled.get("measured", ""))
+        finding.verdict = single(pooled.get("holds"))
+        return finding
     for seed, check in per_seed.items():
         finding.holds[seed] = check.get("holds")
         finding.measured[seed] = str(check.get("measured", ""))

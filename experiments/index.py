@@ -181,6 +181,8 @@ def shown_in(check: dict) -> str:
     if check.get("interval"):
         lo, hi = check["interval"]
         return f"pooled: 95% [{lo:.3g}, {hi:.3g}]"
+    if check.get("across_seeds"):
+        return "decided on all seeds"
     return f"{check['shown_in']} of {check['decided']}"
 
 

@@ -98,6 +98,9 @@ FIGURES = [
     ("figC1", "**Fig. C.1** (Appendix C.1): Fig. 5's sign-match rates for ResNet-18, with the per-layer rates."),
     ("figC2", "**Fig. C.2** (Appendix C.2): the quantile function of the update values with the levels of "
               "max-norm and L1 quantization and of minimum-entropy encoding."),
+    ("node_mode", "**Node mode** (beyond the paper: its Limitations leave FSDP to future work): Lion Cub with nodes "
+                  "as voters, FSDP2 inside each node; its validation loss beside flat Lion Cub and Lion (32bit) "
+                  "(Fig. 12's criterion) and Table 2's tie rate with nodes voting."),
 ]
 
 

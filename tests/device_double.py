@@ -56,8 +56,8 @@ _HOST_SOURCES = {torch.from_numpy, torch.frombuffer}
 _TRANSFERS = {torch.Tensor.to, torch.Tensor.cpu, torch.Tensor.cuda, torch.Tensor.copy_, torch.Tensor.__getitem__,
               torch.Tensor.__setitem__, torch.Tensor.pin_memory}
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "all_to_all_single",
-               "all_to_all", "broadcast", "reduce", "reduce_scatter_tensor", "gather", "scatter", "send", "recv",
-               "isend", "irecv")
+               "all_to_all", "broadcast", "reduce", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter",
+               "send", "recv", "isend", "irecv")
 
 
 def _names_cpu_string(value) -> bool:

@@ -13,7 +13,7 @@ from fake_runs import gpt_config, write_run
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = ("table1", "fig2", "table2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "tableA1",
-           "fig11", "fig12", "fig13", "figA2", "figA3", "figB1", "figC1", "figC2")
+           "fig11", "fig12", "fig13", "figA2", "figA3", "figB1", "figC1", "figC2", "node_mode")
 BENCH = ("table1", "fig2")
 # What each message must name when the folder holds one run with nothing but a training loss.
 NAMES = {"table2": "stats/vote/pos_pos", "fig3": "zeros", "fig4": "stats/vote/pos_pos", "fig5": "stats/match/sign",
@@ -21,7 +21,7 @@ NAMES = {"table2": "stats/vote/pos_pos", "fig3": "zeros", "fig4": "stats/vote/po
          "fig9": "variant.reducer.quant=l1", "fig10": "time/total", "tableA1": "time/total", "fig11": "time/total",
          "fig12": "Lion (32bit)", "fig13": "val/acc", "figA2": "Lion (32bit)", "figA3": "Lion (32bit)",
          "figB1": "stats/momentum_std/max", "figC1": "stats/match/sign", "figC2": "stats/vote/pos_pos",
-         "table1": "comm.csv", "fig2": "comm.csv"}
+         "table1": "comm.csv", "fig2": "comm.csv", "node_mode": "cub4_node"}
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 
 Why RUNS_PER_FAMILY = 30: an exit defect that strikes one run in ten leaves 30 clean runs in 0.9^30 = 4 % of tries
 (20 runs: 12 %), so this test catches it 96 times in 100; one that strikes one run in twenty, 79 times in 100 (and
-in 96 of 100 over three CI runs). A defect of code every family shares meets 8 x 30 = 240 runs. The known cause (a
+in 96 of 100 over three CI runs). A defect of code every family shares meets 9 x 30 = 270 runs. The known cause (a
 process group alive at interpreter exit) no longer needs luck: every run's shutdown checks that no group is left
 (src/distributed/lifetime.py), which tests/test_group_lifetime.py proves on its own. Each run is 4 steps of the tiny
 GPT with a checkpoint, a guard check and an evaluation every 2 steps, two runs at a time (about 4 s each on 2 idle

@@ -340,6 +340,18 @@ def test_section_runner_records_a_section_and_stops_one_at_its_budget(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_node_runs_training_job_on_the_cpu(demo_tokens, tmp_path):
+    """The training section's job for cub4_node, as on the GPU but with device=cpu network=local on 2 ranks (one
+    node): it trains with the NaN skip, resumes, and equals the uninterrupted run bit for bit, its DCP shards
+    included."""
+    from src.bench.gpu_check.training import Runs
+
+    checks = Runs(tmp_path, demo_tokens, 2, 600, device_args=["device=cpu", "network=local"]).variant("cub4_node")
+    assert [ok for _, ok, _ in checks] == [True] * 5, checks
+    assert "bitwise" in checks[-1][0]
+
+
+@pytest.mark.slow
 def test_training_jobs_on_the_cpu(demo_tokens, tmp_path):
     """The training section's jobs, run as on the GPU but with device=cpu network=local: a variant's run with the
     NaN skip, its resume equal to the uninterrupted run, nonfinite.policy=stop, and two fresh runs equal bitwise

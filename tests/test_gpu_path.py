@@ -48,7 +48,8 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER
 # the variant's own collectives, which the double must have seen (so a silent double cannot pass)
 COLLECTIVE = {"lion32": "all_reduce", "lion16": "all_reduce", "cub8_sync": "all_reduce", "cub4": "all_reduce",
               "cub1": "all_to_all_single", "dlion_mavo": "gather", "dlion_avg": "gather",
-              "onebit_adam": "all_to_all_single", "cub4_overlap": "all_reduce"}
+              "onebit_adam": "all_to_all_single", "cub4_overlap": "all_reduce",
+              "cub4_node": "reduce_scatter_single", "lion32_hsdp": "reduce_scatter_single"}
 STEPS = 6
 
 
@@ -122,7 +123,7 @@ def test_lion32_whole_run_within_budget(demo_tokens, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["lion16", "cub8_sync", "cub4", "cub1", "dlion_mavo", "dlion_avg", "onebit_adam",
-                                     "cub4_overlap"])
+                                     "cub4_overlap", "cub4_node", "lion32_hsdp"])
 def test_every_variant_whole_run_within_budget(variant, demo_tokens, tmp_path):
     run_and_resume(variant, demo_tokens, tmp_path)
 

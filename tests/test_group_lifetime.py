@@ -100,10 +100,17 @@ print("workers", gloo_workers(), "default", F.broadcast.__defaults__[-1])
 
 
 def test_a_run_whose_group_outlives_it_fails_with_one_line_naming_the_holder(demo_tokens, tmp_path):
-    """src.train as one process with DDP, the early import switched off (as before it existed): the run is written,
-    then shutdown finds the group held by torch.distributed.nn's defaults; exit 1 and rank 0's line says so."""
+    """src.train as one process with DDP, torch.distributed.nn.functional (re)imported once the group has started, as
+    when nothing imported it before: the run is written, then shutdown finds the group held by that module's
+    defaults; exit 1 and rank 0's line says so."""
     run_dir = tmp_path / "run"
-    script = ("import runpy, sys; import src.distributed.lifetime as lifetime; lifetime.CAPTURE_WORLD_ON_IMPORT = (); "
+    script = ("import importlib, runpy, sys; import src.distributed.process_group as pg\n"
+              "start = pg.init_process_group\n"
+              "def late_import(*args, **kwargs):\n"
+              "    env = start(*args, **kwargs)\n"
+              "    importlib.reload(importlib.import_module('torch.distributed.nn.functional'))\n"
+              "    return env\n"
+              "pg.init_process_group = late_import\n"
               "sys.argv = ['src.train', *sys.argv[1:]]; runpy.run_module('src.train', run_name='__main__')")
     env = {**{k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "-c", script, "variant=ddp_lion", f"data.dir={demo_tokens}",

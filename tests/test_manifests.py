@@ -19,7 +19,7 @@ from experiments.runner import command, run_folder
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = {"table1", "fig2", "table2", "fig3", "fig4", "fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "tableA1",
-            "fig11", "fig12", "fig13", "figA1", "figA2", "figA3", "figB1", "figC1", "figC2"}
+            "fig11", "fig12", "fig13", "figA1", "figA2", "figA3", "figB1", "figC1", "figC2", "node_mode"}
 
 def composable(spec: RunSpec) -> list[str]:
     overrides = list(spec.overrides)

@@ -28,7 +28,8 @@ CUB4 = yaml.safe_load((REPO / "conf/variant/cub4.yaml").read_text())
 OLD_CUB = {"name": "old_cub4", "optimizer": "lion_cub", "reducer": CUB4["reducer"],
            "momentum_sync": {"every": 0, "layers": "none"}}
 OLD_LION32 = {"name": "old_lion32", "optimizer": "lion_grad_allreduce", "comm_dtype": "fp32"}
-DEFAULTS = {"overlap": False, "kernels": "auto", "momentum_sync": {"every": 0, "layers": "none"}}
+DEFAULTS = {"overlap": False, "kernels": "auto", "momentum_sync": {"every": 0, "layers": "none"},
+            "hierarchy": "flat"}
 
 
 def user_conf(tmp_path, **variants) -> str:
@@ -49,7 +50,7 @@ def test_the_defaults_have_one_home():
     assert found == DEFAULTS
     assert not set(found) & {*ALWAYS, "reducer", "comm_dtype"}  # the keys with no sensible default stay required
     assert variant_module.defaults("lion_cub") == DEFAULTS
-    assert variant_module.defaults("lion_grad_allreduce") == {"kernels": "auto"}
+    assert variant_module.defaults("lion_grad_allreduce") == {"kernels": "auto", "hierarchy": "flat"}
     assert variant_module.defaults("ddp") == {} and variant_module.defaults("nope") == {}
     assert all(set(variant_module.defaults(kind)) <= KEYS[kind] for kind in KEYS)
 
@@ -68,7 +69,7 @@ def test_an_old_variant_file_composes_and_validates_with_the_defaults(tmp_path):
     assert (job.variant.overlap, job.variant.kernels) == (False, "auto")
     assert job.variant.momentum_sync == MomentumSync(every=0, layers="none")
     record = OmegaConf.to_container(cfg.variant, resolve=True)  # what config.yaml is written from
-    assert record == {**OLD_CUB, "overlap": False, "kernels": "auto"}
+    assert record == {**OLD_CUB, "overlap": False, "kernels": "auto", "hierarchy": "flat"}
     assert Variant.parse(OLD_CUB) == job.variant  # a library caller's mapping: the same object
     assert OLD_CUB.keys() == {"name", "optimizer", "reducer", "momentum_sync"}  # the caller's mapping is left as is
 
@@ -107,19 +108,19 @@ def test_a_user_variant_file_trains(demo_tokens, tmp_path):
     proc = train_tiny(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     recorded = yaml.safe_load((run_dir / "config.yaml").read_text())["variant"]
-    assert recorded == {**OLD_CUB, "overlap": False, "kernels": "auto"}
+    assert recorded == {**OLD_CUB, "overlap": False, "kernels": "auto", "hierarchy": "flat"}
     assert json.loads((run_dir / "summary.json").read_text())["kernels"]["requested"] == "auto"
 
 
 @pytest.mark.parametrize("body, line", [
     ({k: v for k, v in OLD_CUB.items() if k != "reducer"},
-     "variant 'old_cub4': missing key(s) reducer; optimizer 'lion_cub' takes kernels, momentum_sync, name, optimizer, "
-     "overlap, reducer (conf/variant/ holds an example of each; kernels, momentum_sync, overlap may be left out: "
-     "conf/variant_defaults.yaml holds their defaults)"),
+     "variant 'old_cub4': missing key(s) reducer; optimizer 'lion_cub' takes hierarchy, kernels, momentum_sync, name, "
+     "optimizer, overlap, reducer (conf/variant/ holds an example of each; hierarchy, kernels, momentum_sync, overlap "
+     "may be left out: conf/variant_defaults.yaml holds their defaults)"),
     ({k: v for k, v in OLD_LION32.items() if k != "comm_dtype"},
-     "variant 'old_lion32': missing key(s) comm_dtype; optimizer 'lion_grad_allreduce' takes comm_dtype, kernels, "
-     "name, optimizer (conf/variant/ holds an example of each; kernels may be left out: conf/variant_defaults.yaml "
-     "holds their defaults)"),
+     "variant 'old_lion32': missing key(s) comm_dtype; optimizer 'lion_grad_allreduce' takes comm_dtype, hierarchy, "
+     "kernels, name, optimizer (conf/variant/ holds an example of each; hierarchy, kernels may be left out: "
+     "conf/variant_defaults.yaml holds their defaults)"),
 ])
 def test_a_required_key_left_out_is_refused_by_name(tmp_path, body, line):
     conf = user_conf(tmp_path, user=body)

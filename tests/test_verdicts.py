@@ -55,6 +55,15 @@ def test_a_pooled_interval_decides_a_timing_comparison():
     assert decide(0.9, 1.1, "above") is None
 
 
+def test_a_claim_about_the_seeds_band_is_decided_once_on_every_seed():
+    band = {"holds": False, "measured": "node 3.52: above flat's band 3.40-3.45", "across_seeds": True}
+    spread = over_seeds("c", seeds(None, None, None), band, missing={4: "this seed's runs did not compute it"})
+    assert spread.verdict == NOT_SHOWN and spread.missing == {} and spread.k_of_n() == "decided on all"
+    assert spread.pooled == band["measured"]
+    assert over_seeds("c", {}, {**band, "holds": True}).verdict == SHOWN
+    assert over_seeds("c", {}, {**band, "holds": None}).verdict == UNDECIDED
+
+
 def steps(mean, n=20, seed=0, sd=0.1):
     return np.random.default_rng(seed).normal(mean, sd * mean, size=(n, 1))
 

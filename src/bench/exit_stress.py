@@ -42,6 +42,9 @@ FAMILIES: dict[str, tuple[tuple[str, ...], ...]] = {
     "adamw32": (("adamw32",),),
     "dlion": (("dlion_avg",), ("dlion_mavo",)),
     "ps8": (("ps8_avg",), ("ps8_mavo",)),
+    # variant.hierarchy: node on FSDP2: 2 ranks are one node of 2 (the launcher's node size), or 2 nodes of 1
+    "node": (("cub4_node",), ("cub1_node", "distributed.ranks_per_node=1"), ("cub8_node",), ("lion32_hsdp",),
+             ("lion16_hsdp", "distributed.ranks_per_node=1")),
 }
 ALONE = ("lion",)  # variants whose optimizer does not communicate: they run as one process (torchrun, 1 rank)
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",

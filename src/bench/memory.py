@@ -2,11 +2,12 @@
 
     python -m src.bench.memory [--layers 7] [--embd 512] [--variants lion32 cub4 ...] [--overlaps false backward ...]
                                [--device cpu] [--out FILE]
+    python -m src.bench.memory --layouts 2x2 1x4 2x4 [--layout-variants cub4 cub4_node lion32_hsdp] [--tokens 64]
 
 For every variant (conf/variant/*.yaml), one process with a one-rank process group steps the optimizer of a
 GPT-2++ (default: 7 layers, width 512, 1024 positions, GPT-2 vocabulary: 48.7M parameters) whose gradients are
 set directly (no forward or backward: the optimizer's memory alone). Every tensor storage the optimizer allocates
-inside `step()` is followed from its allocation until its last tensor dies (a TorchDispatchMode), so:
+inside `step()` is followed from its allocation until it is freed (src/utils/storage_tracker.py), so:
 
 - kept: bytes the optimizer holds between steps (workspaces, reducer state), after its second step;
 - peak: the most bytes it held at once during the second step, kept bytes included;
@@ -22,71 +23,32 @@ load (each row still names the machine: CPU model, torch ISA, cores, threads); a
 packbits in the 1-bit CPU path) are not seen, and the world size is 1 (buffers that scale with it, e.g. a parameter
 server's gather, are at their smallest). On CUDA the runs' own `mem/peak_allocated_bytes` and
 `mem/peak_reserved_bytes` (Fig. A.1, analysis/figA1.py) are the measure.
+
+With `--layouts NxG ...` it measures instead the whole state per rank (parameters, gradients, optimizer state,
+workspace; the peak of a forward and backward; the largest FSDP2 unit's all-gathered share) on N nodes of G gloo
+ranks spawned on this machine, flat and with `variant.hierarchy: node` (src/bench/rank_memory.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import weakref
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from tqdm import tqdm
 
 from src.models.gpt import build_gpt
 from src.optim.factory import build_optimizer
 from src.utils.run_label import overlap_mode, variant_label
 from src.utils import machine
+from src.utils.storage_tracker import StorageTracker
 
 VARIANTS = ("lion32", "lion16", "cub8", "cub4", "cub1", "dlion_mavo", "dlion_avg")
+LAYOUT_VARIANTS = ("cub4", "cub4_node", "lion32_hsdp")  # --layouts: flat Lion Cub, node mode, HSDP baseline
 CONF = Path(__file__).resolve().parents[2] / "conf" / "variant"
-
-
-class StorageTracker(TorchDispatchMode):
-    """Bytes of the storages that ops allocate while it is active, until each storage's last tensor dies."""
-
-    def __init__(self):
-        super().__init__()
-        self._live: dict[int, list[int]] = {}  # storage address -> [bytes, live tensors]
-        self.current = self.peak = 0
-
-    def reset_peak(self) -> None:
-        self.peak = self.current
-
-    def holds(self, storage: torch.UntypedStorage) -> bool:
-        """Whether `storage` was allocated while tracking and is still alive (counted in `current`)."""
-        return storage.data_ptr() in self._live
-
-    def _release(self, key: int) -> None:
-        entry = self._live.get(key)
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] == 0:
-                self.current -= entry[0]
-                del self._live[key]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                  if isinstance(t, torch.Tensor)}
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.untyped_storage().nbytes() == 0:
-                continue
-            key = t.untyped_storage().data_ptr()
-            if key in inputs and key not in self._live:
-                continue  # written in place or a view of something allocated before tracking
-            entry = self._live.setdefault(key, [t.untyped_storage().nbytes(), 0])
-            if entry[1] == 0:
-                self.current += entry[0]
-                self.peak = max(self.peak, self.current)
-            entry[1] += 1
-            weakref.finalize(t, self._release, key)
-        return out
 
 
 def gpt(layers: int, embd: int, device: torch.device) -> torch.nn.Module:
@@ -173,6 +135,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from src.bench import rank_memory  # it builds on this module's model and variants
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=7)
     parser.add_argument("--embd", type=int, default=512)
@@ -180,8 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overlaps", nargs="+", default=["false"], choices=["false", "forward", "backward", "both"],
                         help="variant.overlap of the Lion Cub variants (a row for each)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--layouts", nargs="+", type=rank_memory.parse_layout, metavar="NxG",
+                        help="instead: the whole state per rank on N nodes of G ranks (gloo processes spawned here)")
+    parser.add_argument("--layout-variants", nargs="+", default=list(LAYOUT_VARIANTS),
+                        choices=sorted(p.stem for p in CONF.glob("*.yaml")), help="the variants of --layouts")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens of the one sequence each rank runs (--layouts)")
     parser.add_argument("--out", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
+    if args.layouts and args.device != "cpu":
+        parser.error("--layouts runs gloo processes on the CPU; leave --device at cpu")
+    if args.layouts:
+        return _layout_rows(args, rank_memory)
     _one_rank_group()
     model = gpt(args.layers, args.embd, torch.device(args.device))
     cases = [(v, False if o == "false" else o) for v in args.variants for o in args.overlaps
@@ -191,11 +164,29 @@ def main(argv: list[str] | None = None) -> int:
     rows = [{**r, "machine": where} for r in rows]
     print(f"optimizer memory beyond parameters, gradients and momentum ({rows[0]['parameters'] / 1e6:.1f}M "
           f"parameters, one process, {args.device}; {where}):\n{table(rows)}")
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    _write(args.out, rows)
     dist.destroy_process_group()
     return 0
+
+
+def _layout_rows(args, rank_memory) -> int:
+    """The --layouts table: every variant on every layout, each on its own spawned gloo group (CPU)."""
+    cases = [(v, layout) for layout in args.layouts for v in args.layout_variants]
+    rows = [rank_memory.layout_row(v, layout, (args.layers, args.embd), args.tokens)
+            for v, layout in tqdm(cases, desc="layouts", unit="row")]
+    where = machine.label()
+    rows = [{**r, "machine": where} for r in rows]
+    print(f"memory per rank, bytes per model parameter ({rows[0]['model_parameters'] / 1e6:.1f}M parameters, one "
+          f"sequence of {args.tokens} tokens per rank, gloo, 1 thread per rank; {where}); the rank that keeps the "
+          f"most:\n{rank_memory.table(rows)}")
+    _write(args.out, rows)
+    return 0
+
+
+def _write(out: str | None, rows: list[dict]) -> None:
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

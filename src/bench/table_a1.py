@@ -7,6 +7,8 @@ paper, not measurements of this harness. Columns: forward, backward, update step
 excluded), communication and the whole step ("All Time"), in ms.
 
 `rows(...)` selects rows; `OPTIMIZERS` maps our variant names (conf/variant/) to the paper's optimizer names.
+`GPUS_PER_NODE`: Section 7's "each compute node has four NVIDIA H100 GPUs" (Fig. 12: "8 workers on 2 nodes"; Fig.
+A.2: 16 GPUs on 4 nodes); the table's "Num GPUs" column, quoted as printed, reads 4 at 2 nodes and 8 at 4 nodes.
 Some configurations appear in several rows (repeated runs: 774M on 4 nodes has two Lion 32-bit and three Lion Cub
 4-bit rows; 1558M on InfiniBand two Lion Cub 8-bit rows); `mean_row` averages them, column by column.
 """
@@ -39,6 +41,7 @@ InfiniBand|Lion (32bit)|2|4|1558M|8|36.2|189.1|50.1|159.5|435.0
 InfiniBand|Lion Cub (8bit)|2|4|1558M|8|36.1|189.4|57.8|25.3|308.6
 InfiniBand|Lion Cub (8bit)|2|4|1558M|8|36.0|188.3|58.0|25.2|307.5
 InfiniBand|Lion Cub (4bit)|2|4|1558M|8|36.3|189.3|57.9|44.5|327.9"""
+GPUS_PER_NODE = 4
 OPTIMIZERS = {"lion32": "Lion (32bit)", "lion16": "Lion (16bit)", "cub8": "Lion Cub (8bit)",
               "cub4": "Lion Cub (4bit)", "cub1": "Lion Cub (1bit)"}
 

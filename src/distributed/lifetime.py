@@ -15,6 +15,11 @@ of a `torch.optim` optimizer (DDP and the AdamW-based variants), so a run that g
 alive in those defaults for the life of the process. `import_before_any_group()` imports such modules while no
 group exists (src.distributed.process_group calls it before it starts one), so their defaults hold None.
 
+What else holds one: DTensor (FSDP2's parameters, `variant.hierarchy: node`) keeps the `DeviceMesh` of every
+sharding it has seen in process-wide caches (the sharding propagation caches, the redistribution planner, the mesh
+topology), and a mesh keeps its groups. `release_dtensor_caches()` empties them (`shutdown()` calls it before it
+destroys the groups; a cache it does not know is still caught by `check_ended`).
+
 `check_ended(world, workers_before)` is what `shutdown()` runs after destroying the groups: the default group's
 Python object must be freed (one collection first, for objects in reference cycles) and the process must run no
 more gloo worker threads than before its group started, which also counts subgroups and groups held from C++ (DDP's
@@ -44,6 +49,37 @@ def import_before_any_group() -> None:
     """Import the modules that would keep the group alive that exists when they are first imported."""
     for name in CAPTURE_WORLD_ON_IMPORT:
         importlib.import_module(name)
+
+
+# DTensor's process-wide caches that keep DeviceMeshes (module, attribute path of an object with cache_clear())
+DTENSOR_CACHES = (
+    ("torch.distributed.tensor._api", "DTensor._op_dispatcher.sharding_propagator.propagate_op_sharding"),
+    ("torch.distributed.tensor._api", "DTensor._op_dispatcher.sharding_propagator._propagate_tensor_meta_cached"),
+    ("torch.distributed.tensor._redistribute", "_gen_transform_infos"),
+    ("torch.distributed.tensor._collective_utils", "MeshTopoInfo.build_from_mesh"),
+)
+
+
+def release_dtensor_caches() -> None:
+    """Empty DTensor's caches that keep meshes (and so their groups) alive; nothing when DTensor was never loaded.
+    The fast path's C++ cache and the redistribution planner's dict are emptied too."""
+    import torch
+
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    for module, path in DTENSOR_CACHES:
+        target = sys.modules.get(module)
+        for name in path.split("."):
+            target = getattr(target, name, None)
+        if hasattr(target, "cache_clear"):
+            target.cache_clear()
+    clear_fast_path = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if clear_fast_path is not None:
+        clear_fast_path()
+    planner = getattr(sys.modules.get("torch.distributed.tensor._redistribute"), "clear_redistribute_planner_cache",
+                      None)
+    if planner is not None:
+        planner()
 
 
 def gloo_workers() -> int | None:

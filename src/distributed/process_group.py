@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from src.comm.transport.device import collective_device
 from src.comm.cost.network import Network
-from src.distributed.lifetime import check_ended, gloo_workers, import_before_any_group
+from src.distributed.lifetime import check_ended, gloo_workers, import_before_any_group, release_dtensor_caches
 from src.distributed.slurm_env import slurm_launch_env
 from src.distributed.threads import apply_thread_share
 from src.errors import SetupError
@@ -229,6 +229,7 @@ def shutdown() -> None:
     that hold the groups (DDP, reducers, hooks) are released."""
     if not (dist.is_available() and dist.is_initialized()):
         return
+    release_dtensor_caches()  # FSDP2's DTensors cached the node's mesh, which holds its groups
     world = weakref.ref(dist.group.WORLD)
     dist.destroy_process_group()
     check_ended(world, _workers_at_start)

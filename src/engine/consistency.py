@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from src.distributed.process_group import gather_objects
+from src.optim.shards import full
 
 
 @torch.no_grad()
@@ -24,12 +25,13 @@ def broadcast_parameters(model: torch.nn.Module) -> None:
 def fingerprint(model: torch.nn.Module) -> list[float]:
     parts = []
     for p in model.parameters():
-        q = p.detach().double()
+        q = full(p.detach()).double()  # an FSDP2 parameter: gathered whole (collective)
         parts += [q.sum(), q.square().sum()]
     return torch.stack(parts).tolist()
 
 
 def ranks_in_sync(model: torch.nn.Module) -> bool:
-    """True when every rank's parameters have the same fingerprint (collective: call on every rank)."""
+    """True when every rank's parameters have the same fingerprint (collective: call on every rank); sharded ones
+    (hierarchy=node) are gathered whole first, so every rank of every node must hold the same full parameters."""
     prints = gather_objects(fingerprint(model))
     return all(p == prints[0] for p in prints)

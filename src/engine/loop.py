@@ -64,6 +64,7 @@ from tqdm import tqdm
 from src.distributed.process_group import DistContext
 from src.engine.schedule import LRSchedule
 from src.engine.step_stats import PeakMemory, PendingRows
+from src.optim.shards import full
 from src.engine.tasks.base import Task
 from src.runlog.progress import StepProgress
 from src.runlog.sinks import Sinks
@@ -91,6 +92,7 @@ class LoopResult:
     warmup_time: float = 0.0
     wall_time: float = 0.0
     peak_memory_bytes: int = 0
+    in_node_bytes: dict = field(default_factory=dict)  # the last step's `wire/in_node_*` (hierarchy=node)
 
 
 def train_step(task: Task, model, optimizer, timer: PhaseTimer, amp, clip: float | None, lr: float,
@@ -135,10 +137,11 @@ def clip_gradients(model, clip: float | None) -> tuple[torch.Tensor | None, torc
     gradient was multiplied by), (None, None) without `clip`. The coefficient is torch's documented one,
     min(clip / (norm + CLIP_EPS), 1) (`torch.nn.utils.clip_grads_with_norm_`), computed once here from the norm
     torch returned, as a 0-dim tensor on the norm's device (no host sync); tests/test_clip_coefficient.py checks
-    that it is the one torch applied, bit for bit. Exactly 1 leaves every gradient as backward made it."""
+    that it is the one torch applied, bit for bit. Exactly 1 leaves every gradient as backward made it. Under FSDP2
+    (hierarchy=node) torch returns the norm of the node's gradient as a DTensor, taken here as a plain tensor."""
     if not clip:
         return None, None
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    norm = full(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))  # FSDP2: the node's norm, from its shards
     return norm, torch.clamp(clip / (norm + CLIP_EPS), max=1.0)
 
 
@@ -164,9 +167,11 @@ def _evaluate(task: Task, model, amp, step: int, announce: bool) -> dict:
 
 
 def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job, ctx: DistContext,
-          total_steps: int, hooks: StepHooks, stats=OFF) -> LoopResult:
+          total_steps: int, hooks: StepHooks, stats=OFF, comms=None) -> LoopResult:
     """Train from `hooks.progress` (step 0, or a resumed checkpoint's) to `total_steps`; `job` is the typed
-    configuration (src.engine.schema.Config): its precision, `optim.clip` and `train` section."""
+    configuration (src.engine.schema.Config): its precision, `optim.clip` and `train` section. `comms`: the
+    model's own collectives inside forward and backward (FSDP2's, src/engine/sharding.py `Sharded`: `take()`,
+    `discard()`), timed and counted in each step's row."""
     timer, memory, amp = PhaseTimer(device=ctx.device), PeakMemory(ctx.device), autocast(job.precision, ctx.device)
     clip, every, unit = job.optim.clip, job.train.eval_every, task.unit
     per_step, progress = task.units_per_step(), hooks.progress
@@ -188,14 +193,19 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job,
             evaluates = step == total_steps or bool(every and step % every == 0)
             row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats,
                                   settle=lambda: evaluates or hooks.reads_state_at(step)))
+            inside, sent = comms.take() if comms is not None else (None, {})
+            row.update(sent)
+            result.in_node_bytes = sent or result.in_node_bytes
             row.update({unit: step * per_step + progress.units_offset, **memory.row(),
                         "skipped_steps": progress.skipped_steps, "world_size": ctx.world_size})
             result.peak_memory_bytes = row["mem/peak_bytes"]
             if evaluates:
                 result.last_eval = _evaluate(task, model, amp, step, ctx.is_main)
                 row.update(result.last_eval)
+                if comms is not None:
+                    comms.discard()
             row["wall_time"] = time.perf_counter() - start
-            pending.add(row, timer.take(), optimizer.timer.take())
+            pending.add(row, timer.take(), optimizer.timer.take(), *([inside] if inside else []))
             _log(pending.complete(wait=hooks.saves_at(step)), result, sinks, warmup)  # a checkpoint records train_time
             result.steps, result.last_loss = step, row["loss"]
             progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -60,14 +60,17 @@ from src.distributed.process_group import (
     shutdown,
 )
 from src.distributed.lifetime import GroupOutlived
+from src.distributed.topology import NodeTopology, node_topology
 from src.engine.compile import CompileChoice, check_compile, choose, compile_adjustments, compile_model, ran_compiled
 from src.engine.consistency import broadcast_parameters, ranks_in_sync
 from src.engine.determinism import make_deterministic
 from src.engine.ddp import wrap_model
 from src.errors import SetupError, record_run
-from src.engine.loop import LoopResult, train
+from src.engine.loop import LoopResult, autocast, train
 from src.engine.schedule import LRSchedule
 from src.engine.schema import Config, Train, parse_config
+from src.engine.sharding import Sharded, node_line, shard_model
+from src.engine.state_memory import after_training
 from src.engine.tasks import Task, make_task
 from src.engine.throughput import run_throughput, throughput_line
 from src.runlog import ended, history
@@ -101,6 +104,7 @@ from src.reliability.resume import (
 )
 from src.reliability.resize_record import change_line, world_size_change
 from src.reliability.rng import seed_host_rngs
+from src.reliability.sharded_state import ShardedState
 from src.reliability.signals import Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 from src.stats import check_stats_config, make_stats
@@ -119,6 +123,7 @@ class Plan:
     name: str
     resume: ResumePoint | None = None
     restart: bool = False  # resume=auto found its run folder without a checkpoint: train again from step 0 in it
+    topology: NodeTopology | None = None  # variant.hierarchy=node: the nodes (src/distributed/topology.py)
 
 
 def resolve_steps(train: Train, task: Task) -> int:
@@ -131,15 +136,31 @@ def resolve_steps(train: Train, task: Task) -> int:
     return train.epochs * per_epoch
 
 
-def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module) -> None:
+def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module,
+                  topology: NodeTopology | None = None) -> None:
+    """The variant at this launch: its voters are the ranks, or the nodes of `topology` (hierarchy=node)."""
+    voters, what = (ctx.world_size, "process(es)") if topology is None else (topology.nodes, "node(s) voting")
     try:
-        validate_variant(job.variant, ctx.world_size, model, network=job.network)
+        validate_variant(job.variant, voters, model, network=job.network,
+                         ranks_per_node=1 if topology is None else topology.ranks_per_node)
     except ValueError as exc:
         largest = largest_world_size(job.variant)
-        limit = "" if largest is None or ctx.world_size <= largest else (
-            f"; variant {job.variant.name} runs with at most {largest} processes: launch (or resume) with {largest} "
+        limit = "" if largest is None or voters <= largest else (
+            f"; variant {job.variant.name} runs with at most {largest} voters: launch (or resume) with {largest} "
             "or fewer")
-        raise SetupError(f"variant={job.variant.name} with {ctx.world_size} process(es): {exc}{limit}") from exc
+        raise SetupError(f"variant={job.variant.name} with {voters} {what}: {exc}{limit}") from exc
+
+
+def check_hierarchy(job: Config, ctx: DistContext) -> NodeTopology | None:
+    """The nodes of a `variant.hierarchy: node` run (None: flat), checked against the launch."""
+    if job.variant.hierarchy != "node":
+        return None
+    topology = node_topology(ctx.world_size, ctx.local_world_size, job.distributed.ranks_per_node)
+    if job.stats and job.stats.get("every") and job.variant.optimizer == "lion_grad_allreduce":
+        raise SetupError(f"stats.every > 0 with variant={job.variant.name} (hierarchy=node, FSDP2's HSDP): FSDP2 "
+                         "averages the gradient across the nodes inside backward, so no node's own update vector "
+                         "exists to measure; set stats.every=0, or measure Lion with hierarchy=flat")
+    return topology
 
 
 def check_world_size(job: Config, ctx: DistContext) -> None:
@@ -152,11 +173,12 @@ def check_world_size(job: Config, ctx: DistContext) -> None:
 
 @dataclass
 class Checked:
-    """What `check_run` built: the task (its data open when checked), the steps and the schedule."""
+    """What `check_run` built: the task (its data open when checked), the steps and the schedule, the nodes."""
     task: Task
     steps: int | None
     schedule: LRSchedule | None
     meta_model: torch.nn.Module
+    topology: NodeTopology | None = None
 
 
 def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool = True) -> Checked:
@@ -170,14 +192,15 @@ def check_run(cfg: DictConfig, job: Config, ctx: DistContext, check_data: bool =
     if check_data:
         task.open_data(meta_model)  # missing data first: nothing else matters until it is there
     task.check_model(meta_model)
-    check_variant(job, ctx, meta_model)
+    topology = check_hierarchy(job, ctx)
+    check_variant(job, ctx, meta_model, topology)
     check_compile(job.train.compile, job.variant.overlap)
     check_stats_config(job.stats, meta_model)
     steps = resolve_steps(job.train, task) if check_data or job.train.epochs is None else None
     o = job.optim
     schedule = None if steps is None else LRSchedule(o.lr, steps, o.schedule, o.warmup_steps, o.min_lr_ratio)
     check_reliability_config(job.reliability, ctx.world_size)
-    return Checked(task, steps, schedule, meta_model)
+    return Checked(task, steps, schedule, meta_model, topology)
 
 
 def paper_size_note(cfg: DictConfig, world_size: int, choices: dict | None = None) -> str | None:
@@ -197,14 +220,15 @@ def preflight(cfg: DictConfig, choices: dict | None = None) -> Plan:
     ctx = describe(job.device, job.network)
     checked = check_run(cfg, job, ctx)
     task, steps, meta_model = checked.task, checked.steps, checked.meta_model
-    point = find_resume_point(job, ctx.rank, ctx.world_size)
+    point = find_resume_point(job, ctx.rank, ctx.world_size, checked.topology)
     schedule = checked.schedule
     if point is not None:
         steps, schedule = _steps_of_resized(job, task, point, steps, schedule)
         check_compatible(point, cfg, meta_model, steps)
     run_dir = _plan_run_dir(job, choices, point) if ctx.is_main else None
     restart = run_dir is not None and point is None and run_dir.is_dir() and is_run_folder(run_dir)
-    return Plan(job, ctx, task, steps, schedule, run_dir, default_name(job, choices), point, restart)
+    return Plan(job, ctx, task, steps, schedule, run_dir, default_name(job, choices), point, restart,
+                checked.topology)
 
 
 def _steps_of_resized(job: Config, task: Task, point: ResumePoint, steps: int,
@@ -289,10 +313,10 @@ def _start_outputs(cfg: DictConfig, plan: Plan, network_env: dict, overrides: li
     return run_dir
 
 
-def _resume(plan: Plan, model, optimizer, task) -> tuple[Progress, list[dict]]:
+def _resume(plan: Plan, built: Built) -> tuple[Progress, list[dict]]:
     """Restore every rank from the checkpoint chosen in preflight (the same on every rank, checked); returns the
     progress and the run's world-size changes (this resume's last, when it changes the world size)."""
-    point = plan.resume
+    point, model, optimizer, task = plan.resume, built.model, built.optimizer, plan.task
     if point is None:
         return Progress(), []
     chosen = broadcast_object(str(point.checkpoint.path))
@@ -300,31 +324,60 @@ def _resume(plan: Plan, model, optimizer, task) -> tuple[Progress, list[dict]]:
         raise SetupError(f"rank {plan.ctx.rank} would resume from {point.checkpoint.path} but rank 0 from {chosen}; "
                          "do all ranks see the same run folder?")
     manager = CheckpointManager(point.checkpoint.path.parent, plan.ctx.rank, plan.ctx.world_size)
-    if point.resize is None:
+    if built.sharded is not None:
+        progress, rules = train_state.restore_sharded(manager, point.checkpoint, optimizer, task,
+                                                      _sharded_state(built), plan.job.seed, plan.job.resume_momenta)
+        changes = _record_resize(plan, built, progress, rules) if point.resize else point.world_size_changes
+    elif point.resize is None:
         progress = train_state.restore(manager, point.checkpoint, model, optimizer, task)
         changes = point.world_size_changes
     else:
-        progress, changes = _resume_resized(plan, manager, model, optimizer, task)
+        progress, rules = train_state.restore_resized(manager, point.checkpoint, model, optimizer, task,
+                                                      point.resize, plan.job.seed)
+        changes = _record_resize(plan, built, progress, rules)
     if plan.ctx.is_main:
         print(f"lioncub: resumed from {point.checkpoint.path} (step {progress.step})", flush=True)
     return progress, changes
 
 
-def _resume_resized(plan: Plan, manager: CheckpointManager, model, optimizer, task) -> tuple[Progress, list[dict]]:
-    """A resume at another world size (src.reliability.resize): restore, check the replicas, record the change."""
-    point, ctx = plan.resume, plan.ctx
+def _record_resize(plan: Plan, built: Built, progress: Progress, rules: dict) -> list[dict]:
+    """A resume at another world size or node layout (src.reliability.resize): count the tokens on, check the
+    replicas, record the change; returns the run's world-size changes."""
+    point, ctx, task = plan.resume, plan.ctx, plan.task
     resize = point.resize
-    progress, rules = train_state.restore_resized(manager, point.checkpoint, model, optimizer, task, resize,
-                                                  plan.job.seed)
     per_step_before = task.units_per_step() // ctx.world_size * resize.old
     progress.units_offset += resize.step * (per_step_before - task.units_per_step())  # tokens/samples go on counting
-    check_replicas(named_parameters_with_aliases(model), resize.step)
+    check_replicas(named_parameters_with_aliases(built.model), resize.step, _replica_shards(built))
     before = point.checkpoint.manifest.get("meta", {}).get("config_adjusted", {})
     change = world_size_change(resize, rules, str(point.checkpoint.path), before,
-                               recorded(optimizer.adjustments()))
+                               recorded(built.optimizer.adjustments()))
     if ctx.is_main:
         print(change_line(change), flush=True)
-    return progress, [*point.world_size_changes, change]
+    return [*point.world_size_changes, change]
+
+
+def _replica_shards(built: Built) -> int:
+    """Ranks whose parameters differ because they hold different shards (1: every rank holds the whole model)."""
+    return built.sharded.topology.ranks_per_node if built.sharded is not None else 1
+
+
+def _voters(built: Built, ctx: DistContext) -> dict:
+    """Who votes, for the in-loop statistics (src/stats/hook.py): every rank, or the nodes (the vote group, this
+    rank's node index, and the node's ranks that hold its shards)."""
+    sharded = built.sharded
+    if sharded is None:
+        return {"rank": ctx.rank, "world_size": ctx.world_size}
+    topology = sharded.topology
+    return {"rank": topology.node_of(ctx.rank), "world_size": topology.nodes, "group": sharded.vote_group,
+            "node_group": sharded.node_group}
+
+
+def _sharded_state(built: Built) -> ShardedState | None:
+    """The sharded part of a node run's checkpoints (None: a flat run's model.pt and rank files)."""
+    sharded = built.sharded
+    if sharded is None:
+        return None
+    return ShardedState(built.model, built.optimizer, sharded.topology, sharded.mesh, per_node=not sharded.hsdp)
 
 
 def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
@@ -335,8 +388,8 @@ def _restore_wandb_id(plan: Plan, run_dir: Path) -> None:
         (run_dir / ID_FILE).write_text(wandb_id + "\n")
 
 
-def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progress: Progress,
-           stop: StopSignals, changes: list[dict]) -> StepHooks:
+def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, built: Built, stop: StopSignals) -> StepHooks:
+    model, optimizer, progress, changes = built.model, built.optimizer, built.progress, built.changes
     id_file = run_dir / ID_FILE
     wandb_id = id_file.read_text().strip() if id_file.exists() else None
     meta = train_state.checkpoint_meta(model, OmegaConf.to_container(cfg.variant, resolve=True),
@@ -346,7 +399,7 @@ def _hooks(cfg: DictConfig, plan: Plan, run_dir: Path, model, optimizer, progres
     # the step's agreement: on a group of its own when the overlap's buckets are queued on the default one
     agreement = Agreement(own_group() if overlap is not None else None)
     hooks = StepHooks(plan.job.reliability, plan.ctx, run_dir, model, optimizer, plan.task, meta, plan.steps,
-                      progress, stop, agreement)
+                      progress, stop, agreement, shards=_sharded_state(built), replica_shards=_replica_shards(built))
     if overlap is not None:
         overlap.register(agreement)
     return hooks
@@ -397,39 +450,46 @@ def _report_then_wait(ctx, report: Callable[[Exception], None] | None, exc: Exce
 
 @dataclass
 class Built:
-    """What `execute` trains: the model (the inner one), the module the loop calls, the optimizer, the compile
-    choice, and where training starts (the progress and the run's world-size changes)."""
+    """What `execute` trains: the model (the inner one: no DDP, not compiled), the module the loop calls, the
+    optimizer, the compile choice, what `variant.hierarchy: node` adds (FSDP2 inside each node), and where training
+    starts (the progress and the run's world-size changes)."""
     model: torch.nn.Module
     trained: torch.nn.Module
     optimizer: LoopOptimizer
     compiling: CompileChoice
-    progress: Progress
-    changes: list[dict]
+    sharded: Sharded | None  # FSDP2 inside each node (src/engine/sharding.py)
+    progress: Progress = field(default_factory=Progress)
+    changes: list[dict] = field(default_factory=list)
 
 
 def _build(plan: Plan) -> Built:
-    """The model (the same on every rank), the optimizer, the state of a resumed run, the wrapped and compiled
-    module; the adjustments are printed once by rank 0."""
+    """The model (the same on every rank; sharded inside the nodes for hierarchy=node), the optimizer, the state of
+    a resumed run, the wrapped and compiled module; the adjustments are printed once by rank 0."""
     job, ctx, task = plan.job, plan.ctx, plan.task
     torch.manual_seed(job.seed)
     model = task.build_model(ctx.device).to(ctx.device)
     broadcast_parameters(model)
+    sharded = shard_model(model, job.variant, plan.topology, ctx.device) if plan.topology else None
     torch.manual_seed(job.seed + ctx.rank)  # per-rank randomness (augmentation) from here on
     seed_host_rngs(job.seed + ctx.rank)
     o = job.optim
     # reducer: auto reads the network's alpha/beta; every rank takes rank 0's, so all choose the same reducer
     network = broadcast_object(network_costs(job.network)) if is_auto(job.variant) else None
-    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2),
-                                weight_decay=o.weight_decay, network=network)
+    optimizer = build_optimizer(model, job.variant, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay,
+                                network=network, group=sharded.vote_group if sharded else None,
+                                ranks_per_node=sharded.topology.ranks_per_node if sharded else 1)
     compiling = choose(job.train.compile, ctx.device, job.variant.overlap)
     if ctx.is_main:  # every value used in place of the configured one, once (summary.json records them too)
+        if sharded is not None:
+            print(node_line(sharded, job.variant), flush=True)
         for adjustment in [*optimizer.adjustments(), *compile_adjustments(compiling)]:
             print(adjustment.line(), flush=True)
-    progress, changes = _resume(plan, model, optimizer, task)
+    built = Built(model, model, optimizer, compiling, sharded)
+    built.progress, built.changes = _resume(plan, built)
     trained = wrap_model(model, job.variant, ctx.device)  # DDP for `optimizer: ddp`; `model` stays the inner one
     # compiled last, after the optimizer and the checkpoint (src/engine/compile.py)
-    trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
-    return Built(model, trained, optimizer, compiling, progress, changes)
+    built.trained = compile_model(trained, compiling, _announce if ctx.is_main else _quiet)
+    return built
 
 
 def _sinks(cfg: DictConfig, plan: Plan, run_dir: Path, changes: list[dict]) -> Sinks:
@@ -452,6 +512,18 @@ def _overlap_summary(variant, optimizer) -> dict:
     return {"overlap": record, "overlap_hit_rate": record["hit_rate"]}
 
 
+def _hierarchy_summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult) -> dict:
+    """summary.json's `hierarchy` of a node run (the layout, the in-node bytes per step and the state's memory,
+    from one more forward and backward after training) and, under HSDP, its wire bytes; nothing for a flat run."""
+    if built.sharded is None:
+        return {}
+    amp = autocast(plan.job.precision, plan.ctx.device)
+    memory = None if hooks.interrupted else after_training(plan.task, built.model, built.optimizer, amp)
+    out = {"hierarchy": {**built.sharded.record(), "in_node_bytes_per_step": result.in_node_bytes, "memory": memory}}
+    hsdp = built.sharded.hsdp_wire_plan(built.model)
+    return {**out, "wire_bytes_per_step": hsdp} if hsdp else out
+
+
 def _summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult, run_dir: Path) -> dict:
     """The run's summary.json (every rank has it; rank 0 adds the timing row)."""
     ctx, optimizer, changes = plan.ctx, built.optimizer, built.changes
@@ -469,6 +541,7 @@ def _summary(plan: Plan, built: Built, hooks: StepHooks, result: LoopResult, run
                                   result.train_time, ctx.world_size, ctx.device, changes))
     adjusted = [*optimizer.adjustments(), *compile_adjustments(built.compiling, built.trained)]
     summary["config_adjusted"] = recorded(adjusted)
+    summary.update(_hierarchy_summary(plan, built, hooks, result))
     kernels = optimizer.kernels_record()
     if kernels is not None:
         summary["kernels"] = kernels
@@ -535,14 +608,14 @@ def _train_run(cfg: DictConfig, plan: Plan, network_env: dict, overrides: list[s
         _restore_wandb_id(plan, run_dir)
     sinks = _sinks(cfg, plan, run_dir, built.changes)
     stop = StopSignals()
-    hooks = _hooks(cfg, plan, run_dir, built.model, built.optimizer, built.progress, stop, built.changes)
-    stats = make_stats(check_stats_config(job.stats, built.model), built.model, built.optimizer, rank=ctx.rank,
-                       world_size=ctx.world_size, seed=job.seed, run_dir=run_dir, start_step=built.progress.step,
-                       wandb_run=sinks.wandb.run if sinks.wandb else None)
+    hooks = _hooks(cfg, plan, run_dir, built, stop)
+    stats = make_stats(check_stats_config(job.stats, built.model), built.model, built.optimizer, seed=job.seed,
+                       run_dir=run_dir, start_step=built.progress.step,
+                       wandb_run=sinks.wandb.run if sinks.wandb else None, **_voters(built, ctx))
     with stop.installed():
         try:
             result = train(plan.task, built.trained, built.optimizer, plan.schedule, sinks, job, ctx, plan.steps,
-                           hooks, stats)
+                           hooks, stats, comms=built.sharded)
         except (ReplicaDivergenceError, NonFiniteStepError) as exc:  # every rank stops at the same step
             _report_then_wait(ctx, report_stop, exc)
             raise

@@ -134,6 +134,11 @@ class Optim:
 
 
 @dataclass(frozen=True)
+class Distributed:
+    ranks_per_node: Count | None  # variant.hierarchy=node: ranks per node (None: the launcher's LOCAL_WORLD_SIZE)
+
+
+@dataclass(frozen=True)
 class Config:
     seed: int
     device: Annotated[str, OneOf(("auto", "cpu", "cuda"))]
@@ -143,6 +148,7 @@ class Config:
     resume: Annotated[bool | str, Doc("false, true, auto or a checkpoint or run folder", replace=True)]
     resume_rewind: bool
     resume_momenta: Annotated[str, OneOf(POLICIES)]
+    distributed: Distributed
     expect_world_size: Count | None
     paper_world_size: Annotated[list, Doc("the world sizes of the paper's runs of a preset")] | None
     checkpoint: Checkpoint

@@ -60,11 +60,13 @@ class PendingRows:
     """Step rows waiting for their `time/*` until the device has run the step (at once on CPU)."""
 
     def __init__(self):
-        self._waiting: list[tuple[dict, Spans, Spans]] = []
+        self._waiting: list[tuple[dict, Spans, Spans, tuple[Spans, ...]]] = []
 
-    def add(self, row: dict, loop: Spans, optimizer: Spans) -> None:
-        """`loop` holds the step's `total` phase (outermost, so recorded last) and the loop's phases."""
-        self._waiting.append((row, loop, optimizer))
+    def add(self, row: dict, loop: Spans, optimizer: Spans, *inside: Spans) -> None:
+        """`loop` holds the step's `total` phase (outermost, so recorded last) and the loop's phases; `inside`, the
+        phases of collectives inside the loop's (FSDP2's `allgather` and `reduce_scatter` in forward and backward),
+        which join the row as `time/<phase>` and add nothing to the sum."""
+        self._waiting.append((row, loop, optimizer, inside))
 
     def complete(self, wait: bool = False) -> list[dict]:
         """The rows whose steps the device has run, in step order, with their `time/*` filled in; with `wait`,
@@ -72,11 +74,13 @@ class PendingRows:
         if wait and self._waiting:
             self._waiting[-1][1].wait()
         done = []
-        while self._waiting and self._waiting[0][1].ready() and self._waiting[0][2].ready():
-            row, loop, optimizer = self._waiting.pop(0)
+        while self._waiting and all(spans.ready() for spans in self._waiting[0][1:3] + self._waiting[0][3]):
+            row, loop, optimizer, inside = self._waiting.pop(0)
             loop_times = loop.seconds()
             total = loop_times.pop("total", 0.0) - (row.get("time/stats") or 0.0)  # statistics: their own time/stats
             row.update(timing_row(loop_times, optimizer.seconds(), total))
+            for spans in inside:
+                row.update({f"time/{name}": seconds for name, seconds in spans.seconds().items()})
             done.append(row)
         return done
 

@@ -1,5 +1,6 @@
 """Lion Cub's step chunk by chunk: torch's foreach ops and the reducer's codecs over an L2-sized chunk at a time
-(Lion Cub, Algorithm 1; Section 6). The reference step, and the fast one on a CPU (with the C loops).
+(Lion Cub, Algorithm 1; Section 6). The reference step, and the fast one on a CPU (with the C loops). It steps the
+elements this rank holds (src/optim/shards.py: an FSDP2 parameter's local shard, else the whole parameter).
 
 Per chunk of the reducer's plan (src/comm/transport/pipeline.py), in `ChunkedLionCub.chunk_step`:
   1. c = beta1 m + (1 - beta1) g of the chunk, into one chunk-sized scratch (`update_vector`);
@@ -25,6 +26,7 @@ from src.comm.transport.pipeline import Chunk, ChunkPlan, Piece
 from src.comm.transport.workspace import Workspace
 from src.optim.lion import apply_direction_, lion_momentum_, update_vector
 from src.optim.momentum_sync import allreduce_mean_
+from src.optim.shards import local
 
 
 @dataclass
@@ -49,7 +51,7 @@ class _Gradients:
     def __getitem__(self, k: int) -> torch.Tensor:
         if k not in self.flat:
             p = self.params[k]
-            g = p.grad if p.grad is not None else torch.zeros_like(p)
+            g = local(p.grad) if p.grad is not None else torch.zeros_like(local(p))
             if g.is_sparse:
                 raise RuntimeError("LionCub does not support sparse gradients")
             self.flat[k] = g.reshape(-1)
@@ -92,7 +94,7 @@ class ChunkedLionCub:
                  momentum_of: Callable[[int], torch.Tensor]):
         self.params, self.group_of, self.reducer, self.timer = list(params), list(group_of), reducer, timer
         self.momentum_of = momentum_of  # parameter k's momentum (the optimizer's state["exp_avg"])
-        self.sizes = [p.numel() for p in self.params]
+        self.sizes = [local(p).numel() for p in self.params]
         self.workspace = Workspace()
         self._pieces_by_group: dict[int, list] = {}  # id(plan) -> per chunk, [(param group, pieces)]
 
@@ -101,7 +103,7 @@ class ChunkedLionCub:
         return self.reducer.chunk_plan(self.sizes)
 
     def new_momentum(self, k: int) -> torch.Tensor:
-        return torch.zeros_like(self.params[k], memory_format=torch.contiguous_format)
+        return torch.zeros_like(local(self.params[k]), memory_format=torch.contiguous_format)
 
     def begin(self, step: int, param_groups: list[dict], defer_momentum: bool = False) -> StepRun:
         """This step's run; with `defer_momentum` the chunks skip step 3 and `commit_momentum` runs it for every
@@ -124,7 +126,7 @@ class ChunkedLionCub:
     def _step_tensors(self) -> _StepTensors:
         """Parameters, gradients (zero where None; looked up chunk by chunk) and momenta of every trainable
         parameter, as flat views."""
-        return _StepTensors([p.view(-1) for p in self.params], _Gradients(self.params),
+        return _StepTensors([local(p).view(-1) for p in self.params], _Gradients(self.params),
                             [self.momentum_of(k).view(-1) for k in range(len(self.params))])
 
     def chunk_step(self, reduction: Reduction, chunk: Chunk, slot: int, tensors: _StepTensors, pieces: list,
@@ -194,6 +196,9 @@ class ChunkedLionCub:
     def zero_grad(self) -> bool:
         """Nothing of its own: the optimizer's zero_grad runs (False)."""
         return False
+
+    def after_step(self) -> None:
+        """Nothing: the chunks' applies wrote the parameters themselves."""
 
     def buffer_bytes(self) -> int:
         return self.workspace.nbytes()

@@ -23,10 +23,12 @@ from typing import Mapping
 import torch
 import torch.distributed as dist
 
-from src.comm import make_reducer
+from src.comm import REDUCERS, make_reducer
+from src.comm.reducers.packed import PackedReducer
 from src.comm.reducers.auto import AutoChoice, choose_reducer
 from src.comm.cost.network import Network
 from src.comm.cost.network_fit import NetworkCosts, network_costs
+from src.comm.reducers.wire import WireFormat
 from src.optim.baselines import BASELINE_KEYS, build_baseline, validate_baseline
 from src.optim.grad_allreduce import GradAllreduceLion, trainable
 from src.optim.interface import LoopOptimizer
@@ -41,16 +43,17 @@ def is_auto(variant: Variant) -> bool:
     return variant.reducer is not None and variant.reducer.get("name") == "auto"
 
 
-def resolve_auto(variant: Variant, world_size: int, numel: int,
-                 network: Network | NetworkCosts | None) -> tuple[Variant, AutoChoice | None]:
-    """`variant` with `reducer: auto` replaced by the chosen reducer, and the choice (None when not auto)."""
+def resolve_auto(variant: Variant, world_size: int, numel: int, network: Network | NetworkCosts | None,
+                 ranks_per_node: int = 1) -> tuple[Variant, AutoChoice | None]:
+    """`variant` with `reducer: auto` replaced by the chosen reducer, and the choice (None when not auto);
+    `ranks_per_node` > 1: hierarchy=node, `world_size` nodes voting on shards of the `numel` parameters."""
     if not is_auto(variant):
         return variant, None
     if network is None:
         raise ValueError(f"variant {variant.name!r}: reducer 'auto' needs the network's alpha and beta "
                          "(network config or fit file)")
     costs = network if isinstance(network, NetworkCosts) else network_costs(Network.parse(network))
-    choice = choose_reducer(dict(variant.reducer), world_size, numel, costs)
+    choice = choose_reducer(dict(variant.reducer), world_size, numel, costs, ranks_per_node)
     return replace(variant, reducer=dict(choice.options)), choice
 
 
@@ -59,12 +62,13 @@ def _numel(model: torch.nn.Module | None) -> int:
 
 
 def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.nn.Module | None = None,
-                     network: Network | Mapping | NetworkCosts | None = None) -> None:
-    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` (or on `model`); `network`
-    (its config or `NetworkCosts`) is read only for `reducer: auto`."""
+                     network: Network | Mapping | NetworkCosts | None = None, ranks_per_node: int = 1) -> None:
+    """Raise ValueError, naming the numbers, when `variant` cannot run at `world_size` voters (or on `model`);
+    `network` (its config or `NetworkCosts`) and `ranks_per_node` (hierarchy=node) are read only for
+    `reducer: auto`."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
-    variant, _ = resolve_auto(variant, world_size, _numel(model), network)
+    variant, _ = resolve_auto(variant, world_size, _numel(model), network, ranks_per_node)
     if kind == "lion" and world_size > 1:
         raise ValueError(f"variant {variant.name!r}: optimizer 'lion' does not communicate, but world_size="
                          f"{world_size}; use lion_grad_allreduce (Lion 32/16-bit) or lion_cub")
@@ -79,12 +83,30 @@ def validate_variant(variant: Variant | Mapping, world_size: int, model: torch.n
     if "name" not in options:
         raise ValueError(f"variant {variant.name!r}: lion_cub needs reducer.name")
     reducer = make_reducer(options.pop("name"), world_size=world_size, rank=0, **options)
+    if variant.hierarchy == "node":
+        check_node_variant(variant, reducer)
     if any(overlap_mode(variant.overlap)) and not reducer.pipelined:
         raise ValueError(f"variant {variant.name!r}: overlap={str(variant.overlap).lower()} needs a pipelined reducer "
                          f"(pbit, onebit); reducer {reducer.name!r} reduces the whole vector in one call (set "
                          "variant.overlap=false)")
     if model is not None:
         variant.momentum_sync.select([n for n, _ in named_parameters_with_aliases(model)])
+
+
+def check_node_variant(variant: Variant, reducer) -> None:
+    """What `hierarchy: node` runs: a packed reducer (its wire format votes each shard across the nodes), and no
+    overlap (FSDP2 assigns the sharded gradients after its reduce-scatter, so no gradient hook marks them ready,
+    and its all-gather of a unit runs before a forward pre-hook could apply that unit's direction)."""
+    if not isinstance(getattr(reducer, "wire", None), WireFormat):
+        packed = sorted(name for name, cls in REDUCERS.items() if issubclass(cls, PackedReducer))
+        raise ValueError(f"variant {variant.name!r}: hierarchy=node votes each rank's shard across the nodes with a "
+                         f"packed reducer's wire format ({', '.join(packed)}, or your own: docs/extending.md); "
+                         f"reducer {reducer.name!r} reduces the whole vector without one (set hierarchy: flat)")
+    if any(overlap_mode(variant.overlap)):
+        raise ValueError(f"variant {variant.name!r}: overlap={str(variant.overlap).lower()} does not apply to "
+                         "hierarchy=node (FSDP2 sets the sharded gradients after its reduce-scatter, with no gradient "
+                         "hook to launch the vote from, and gathers a unit before a forward pre-hook could apply "
+                         "its direction); set variant.overlap=false")
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -98,16 +120,19 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: float, betas: tuple[float, float],
-                    weight_decay: float, group=None,
-                    network: Network | Mapping | NetworkCosts | None = None) -> LoopOptimizer:
+                    weight_decay: float, group=None, network: Network | Mapping | NetworkCosts | None = None,
+                    ranks_per_node: int = 1) -> LoopOptimizer:
     """The optimizer of `variant` over `model`'s trainable parameters: a `LoopOptimizer` (src/optim/interface.py).
     With `reducer: auto` the LionCub optimizer's `reducer_choice` holds the choice
-    (src.comm.reducers.auto.AutoChoice)."""
+    (src.comm.reducers.auto.AutoChoice), made for the ranks of `group` as voters, each voting on
+    1/`ranks_per_node` of the parameters (hierarchy=node: the nodes' vote group and the node size)."""
     variant = Variant.parse(variant)
     kind = variant.optimizer
     groups = parameter_groups(model, weight_decay)
     betas = tuple(float(b) for b in betas)
     if kind == "lion":
+        return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
+    if kind == "lion_grad_allreduce" and variant.hierarchy == "node":  # HSDP reduced the gradients (sharding.py)
         return Lion(groups, lr=lr, betas=betas, weight_decay=weight_decay)
     if kind == "lion_grad_allreduce":
         return GradAllreduceLion(groups, lr=lr, betas=betas, weight_decay=weight_decay,
@@ -118,7 +143,7 @@ def build_optimizer(model: torch.nn.Module, variant: Variant | Mapping, *, lr: f
     if kind != "lion_cub":
         raise ValueError(f"variant {variant.name!r}: no optimizer {kind!r} to build")
     world_size = dist.get_world_size(group) if dist.is_initialized() else 1
-    variant, choice = resolve_auto(variant, world_size, _numel(model), network)
+    variant, choice = resolve_auto(variant, world_size, _numel(model), network, ranks_per_node)
     optimizer = LionCub(groups, lr=lr, betas=betas, weight_decay=weight_decay, reducer=dict(variant.reducer),
                         momentum_sync=variant.momentum_sync, group=group, overlap=variant.overlap,
                         layout_order=list(model.parameters()), reducer_choice=choice, kernels=variant.kernels)

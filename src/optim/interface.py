@@ -5,7 +5,8 @@
 - `settle(phase=None)`: finish work still in flight, so the parameters are final (an overlapped LionCub step,
   src/optim/overlap.py; nothing to do for the others);
 - `wire_plan()`: bytes this rank sends per step, by stage (`{"step": n}`; 1-bit Adam: warmup and compression),
-  from the optimizer's model of its collectives (`wire_bytes`, src/comm/cost/wire_bytes.py), for the run summary;
+  from the optimizer's model of its collectives (`wire_bytes`, src/comm/cost/wire_bytes.py) for the elements this
+  rank holds (its shards under hierarchy=node), for the run summary;
 - `adjustments()`: every value the optimizer uses in place of the one its configuration asked for (a field width
   widened to hold the world's sums, `reducer: auto`'s pick), for the start-of-run lines and `summary.json`;
 - `reducer_choice`: the record of `reducer: auto`'s choice (src.comm.reducers.auto.AutoChoice), None otherwise;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from torch.optim import Optimizer
 
+from src.optim.shards import local
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
@@ -65,7 +67,8 @@ class LoopOptimizer:
         return 0
 
     def wire_plan(self) -> dict[str, int]:
-        numel = sum(p.numel() for g in self.param_groups for p in g["params"] if p.requires_grad)
+        """Bytes per step for this rank's elements (an FSDP2 parameter's local shard under hierarchy=node)."""
+        numel = sum(local(p).numel() for g in self.param_groups for p in g["params"] if p.requires_grad)
         return {"step": int(self.wire_bytes(numel))}
 
     def adjustments(self) -> list[Adjustment]:

@@ -58,8 +58,9 @@ from src.optim.interface import LoopOptimizer
 from src.optim.lion import check_hyperparameters, evaluate_closure
 from src.optim.momentum_sync import MomentumSync
 from src.optim.overlap import OVERLAPPED, ForwardOverlap
-from src.utils.run_label import mode_name, overlap_mode
+from src.optim.shards import local
 from src.optim.speculation import BackwardOverlap
+from src.utils.run_label import mode_name, overlap_mode
 from src.utils.adjustment import Adjustment
 from src.utils.timing import PhaseTimer
 
@@ -93,9 +94,9 @@ class LionCub(LoopOptimizer, Optimizer):
             members.sort(key=lambda m: position.get(id(m[0]), len(position)))
         self._params = [p for p, _, _ in members]
         names = [n or f"#{k}" for k, (_, _, n) in enumerate(members)]
-        _check_layout(self._params, names)
+        _check_layout([local(p) for p in self._params], names)
         self._group_of = [i for _, i, _ in members]
-        self._sizes = [p.numel() for p in self._params]
+        self._sizes = [local(p).numel() for p in self._params]  # an FSDP2 parameter: its local shard
         device = self._params[0].device
         choice = choose(kernels, device, sum(self._sizes))
         self.reducer = self._build_reducer(reducer, PhaseTimer(device=device), choice.backend)
@@ -177,12 +178,17 @@ class LionCub(LoopOptimizer, Optimizer):
 
     # --- state ------------------------------------------------------------------------------------------------
     def _momentum(self, k: int) -> torch.Tensor:
-        """Parameter k's momentum (made on first use, as torch's optimizers make their state)."""
+        """Parameter k's momentum (made on first use, as torch's optimizers make their state; a step count loaded
+        without it, e.g. from a sharded checkpoint whose momenta load next, is kept)."""
         state = self.state[self._params[k]]
         if "exp_avg" not in state:
             state["exp_avg"] = self._path.new_momentum(k)
-            state["step"] = torch.tensor(0.0)
+            state.setdefault("step", torch.tensor(0.0))
         return state["exp_avg"]
+
+    def momentum_of(self, param: torch.nn.Parameter) -> torch.Tensor:
+        """`param`'s momentum (of an FSDP2 parameter: this node's, for its local shard), where the step keeps it."""
+        return self._momentum(next(k for k, p in enumerate(self._params) if p is param))
 
     @property
     def steps_done(self) -> int:
@@ -252,6 +258,7 @@ class LionCub(LoopOptimizer, Optimizer):
                 self._inflight = pipeline
             else:
                 pipeline.finish()
+                self._path.after_step()
         with self.timer.phase("update"):
             torch._foreach_add_([self.state[p]["step"] for p in self._params], 1)
         self._steps = step

@@ -2,20 +2,20 @@
 
 A variant names its `optimizer` and holds the keys that optimizer takes, and only those (`KEYS`):
 
-| optimizer              | keys (* has a default)                          |
-|------------------------|-------------------------------------------------|
-| `lion`                 | -                                               |
-| `lion_grad_allreduce`  | comm_dtype, kernels*                            |
-| `lion_cub`             | reducer, momentum_sync*, overlap*, kernels*     |
-| `adamw_grad_allreduce` | comm_dtype                                      |
-| `onebit_adam`          | adam_warmup_steps                               |
-| `bitdp`                | bits, threshold, layers                         |
-| `ddp`                  | inner, comm_hook, bucket_cap_mb                 |
+| optimizer              | keys (* has a default)                                  |
+|------------------------|---------------------------------------------------------|
+| `lion`                 | -                                                       |
+| `lion_grad_allreduce`  | comm_dtype, kernels*, hierarchy*                        |
+| `lion_cub`             | reducer, momentum_sync*, overlap*, kernels*, hierarchy* |
+| `adamw_grad_allreduce` | comm_dtype                                              |
+| `onebit_adam`          | adam_warmup_steps                                       |
+| `bitdp`                | bits, threshold, layers                                 |
+| `ddp`                  | inner, comm_hook, bucket_cap_mb                         |
 
 Every value comes from the YAML: `Variant` has no defaults. The keys marked * have theirs in one file,
-conf/variant_defaults.yaml (`overlap: false`, `kernels: auto`, `momentum_sync: {every: 0, layers: none}`): a
-variant that leaves one out (or null) while its optimizer takes it gets that value (`with_defaults`), so a variant
-written before the key existed still runs. The engine fills them into the composed config itself, before anything
+conf/variant_defaults.yaml (`overlap: false`, `kernels: auto`, `momentum_sync: {every: 0, layers: none}`,
+`hierarchy: flat`): a variant that leaves one out (or null) while its optimizer takes it gets that value
+(`with_defaults`), so a variant written before the key existed still runs. The engine fills them into the composed config itself, before anything
 is checked or recorded (src.engine.schema), so the run's config.yaml holds them. Any other key that the optimizer
 takes but the variant leaves out is an error naming it; a key the optimizer does not take is an error too, and None
 here. `Variant.parse` checks a mapping against these annotations (src.utils.typecheck) and raises ValueError, one
@@ -43,8 +43,10 @@ from src.utils.run_label import OVERLAP_MODES
 from src.utils.typecheck import Doc, OneOf, Range, build, problems
 
 OPTIMIZERS = ("lion", "lion_grad_allreduce", "lion_cub", *BASELINE_KEYS)
-KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype", "kernels"},
-        "lion_cub": {"reducer", "momentum_sync", "overlap", "kernels"}, **BASELINE_KEYS}
+KEYS = {"lion": set(), "lion_grad_allreduce": {"comm_dtype", "kernels", "hierarchy"},
+        "lion_cub": {"reducer", "momentum_sync", "overlap", "kernels", "hierarchy"}, **BASELINE_KEYS}
+# flat: every rank a voter with a full replica; node: FSDP2 inside each node, the nodes vote (src/engine/sharding.py)
+HIERARCHIES = ("flat", "node")
 ALWAYS = ("name", "optimizer")
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "conf" / "variant_defaults.yaml"  # the keys' defaults' home
 
@@ -97,6 +99,7 @@ class Variant:
     # during backward, src/optim/speculation.py); both
     overlap: Annotated[Any, OneOf(OVERLAP_MODES), Doc("false, true, forward, backward or both")] | None
     kernels: Annotated[str, OneOf(KERNELS)] | None  # lion_cub, lion_grad_allreduce: auto | torch | native | triton
+    hierarchy: Annotated[str, OneOf(HIERARCHIES)] | None  # lion_cub, lion_grad_allreduce: flat | node
     # the neighbours' baselines (docs/baselines.md)
     adam_warmup_steps: Annotated[int, Range(ge=0)] | None  # 1-bit Adam's T_w (0 is refused there, with the reason)
     bits: Annotated[int, Range(ge=1)] | None  # BitDP: 1 or 2

@@ -39,7 +39,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -55,6 +55,7 @@ SAFE_GLOBALS = [(_NUMPY_CORE.multiarray._reconstruct, "numpy._core.multiarray._r
                 (_NUMPY_CORE.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
                 np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
+SHARDED_METADATA = "shards/.metadata"  # torch.distributed.checkpoint's metadata of a sharded checkpoint
 
 
 class CheckpointError(RuntimeError):
@@ -101,6 +102,21 @@ def rank_file(rank: int) -> str:
     return f"rank{rank:05d}.pt"
 
 
+class Shards(Protocol):
+    """The sharded part of a checkpoint, written by every rank (src/reliability/sharded_state.py)."""
+
+    layout: dict  # recorded in the manifest: how the state is sharded
+
+    def write(self, folder: Path) -> list[str]:
+        """Write this rank's files into `folder` (collective); their names relative to it."""
+
+
+def shared_file(manifest: dict) -> str:
+    """The file holding the model: rank 0's model.pt, or the sharded state's metadata (a sharded checkpoint)."""
+    layout = manifest.get("layout")
+    return SHARDED_METADATA if layout else "model.pt"
+
+
 class CheckpointManager:
     """Save and find checkpoints of one run under `root` for `world_size` ranks."""
 
@@ -112,12 +128,16 @@ class CheckpointManager:
     def step_dir(self, step: int) -> Path:
         return self.root / f"step_{step:08d}"
 
-    def save(self, step: int, rank_state: dict, model_state: dict | None = None, meta: dict | None = None) -> Path:
-        """Write this rank's state (and rank 0's model state and the manifest); collective."""
+    def save(self, step: int, rank_state: dict, model_state: dict | None = None, meta: dict | None = None,
+             shards: Shards | None = None) -> Path:
+        """Write this rank's state (and rank 0's model state, or with `shards` the sharded state every rank writes,
+        and the manifest); collective."""
         folder = self.step_dir(step)
         folder.mkdir(parents=True, exist_ok=True)
         entries = {rank_file(self.rank): _write_atomic(folder / rank_file(self.rank), _serialise(rank_state))}
-        if self.rank == 0:
+        if shards is not None:
+            entries.update({name: _sha256(folder / name) for name in shards.write(folder)})
+        elif self.rank == 0:
             if model_state is None:
                 raise ValueError("rank 0 must pass model_state to CheckpointManager.save")
             entries["model.pt"] = _write_atomic(folder / "model.pt", _serialise(model_state))
@@ -130,7 +150,7 @@ class CheckpointManager:
             files = {name: {"sha256": digest, "bytes": (folder / name).stat().st_size}
                      for part in digests for name, digest in part.items()}
             manifest = dict(format=FORMAT, step=step, world_size=self.world_size, files=files, meta=meta or {},
-                            created=time.time())
+                            created=time.time(), layout=shards.layout if shards is not None else None)
             _write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
             self._prune()
         barrier()
@@ -151,7 +171,7 @@ class CheckpointManager:
         matches its checksum, else None."""
         try:
             manifest = json.loads((folder / "manifest.json").read_text())
-            needed = {"model.pt", *(rank_file(r) for r in range(int(manifest["world_size"])))}
+            needed = {shared_file(manifest), *(rank_file(r) for r in range(int(manifest["world_size"])))}
             if not needed <= set(manifest["files"]):  # every rank's file, or it is no checkpoint of that world
                 return None
             for name, entry in manifest["files"].items():
@@ -209,7 +229,7 @@ class CheckpointManager:
                                   f"world_size={self.world_size}: per-rank optimizer state (each rank's own "
                                   "momentum) cannot be remapped; resume with the same number of ranks")
         ranks = [self.rank] if saved == self.world_size else range(saved)
-        for name in ("model.pt", *(rank_file(r) for r in ranks)):
+        for name in (shared_file(found.manifest), *(rank_file(r) for r in ranks)):
             check_safe(folder / name)
         return found
 
@@ -233,8 +253,44 @@ def _allowed_names() -> set[str]:
             for entry in SAFE_GLOBALS}
 
 
+# what torch.distributed.checkpoint's metadata (a plain pickle) holds beyond containers and plain values
+_METADATA_GLOBALS = {("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("torch", "Size"),
+                     ("torch.serialization", "_get_layout"), ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+                     *(("torch.distributed.checkpoint.metadata", name) for name in (
+                         "Metadata", "MetadataIndex", "StorageMeta", "ChunkStorageMetadata", "TensorProperties",
+                         "TensorStorageMetadata", "BytesStorageMetadata", "_MEM_FORMAT_ENCODING"))}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Builds only the types of `_METADATA_GLOBALS` and torch's dtypes; refuses any other global before it runs."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) in _METADATA_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
+                                                                                     torch.dtype)):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name}")
+
+
+def load_metadata_safe(path: Path) -> Any:
+    """torch.distributed.checkpoint's metadata in `path`, unpickled with `_METADATA_GLOBALS` only; CheckpointError
+    naming the file and the global otherwise (nothing of it runs)."""
+    try:
+        with open(path, "rb") as f:
+            return _MetadataUnpickler(f).load()
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"{path} was refused: its pickle would call {exc}, which no lioncub checkpoint holds "
+                              "(nothing of it was run). It was not written by lioncub, or it was altered; resume "
+                              "from a checkpoint you trust") from None
+    except Exception as exc:  # truncated or not a pickle
+        raise CheckpointError(f"{path} is not checkpoint metadata lioncub can read ({type(exc).__name__}: "
+                              f"{exc})") from exc
+
+
 def check_safe(path: Path) -> None:
     """Raise CheckpointError when the pickle in `path` names a global that a checkpoint never holds (nothing runs)."""
+    if path.name == Path(SHARDED_METADATA).name:
+        load_metadata_safe(path)
+        return
     try:
         unsafe = set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - _allowed_names()
     except Exception as exc:  # not a torch zip file, truncated archive ...

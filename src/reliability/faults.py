@@ -15,7 +15,9 @@ import signal
 from dataclasses import dataclass
 
 import torch
+
 from src.errors import SetupError
+from src.optim.shards import local
 from src.reliability.config import Fault
 
 def restart_count() -> int:
@@ -57,7 +59,7 @@ class Faults:
     @torch.no_grad()
     def maybe_perturb(self, step: int, params: list[torch.Tensor]) -> None:
         if self._due(self.perturb, step):
-            flat = params[0].view(-1)
+            flat = local(params[0]).view(-1)  # an FSDP2 parameter: this rank's shard
             flat[0] = torch.nextafter(flat[0], torch.tensor(float("inf"), dtype=flat.dtype, device=flat.device))
 
     @torch.no_grad()
@@ -66,4 +68,4 @@ class Faults:
             p = params[0]
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            p.grad.view(-1)[0] = float("nan")
+            local(p.grad).view(-1)[0] = float("nan")  # an FSDP2 gradient: this rank's shard

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from src.comm.transport.device import on_collective_device
+from src.optim.shards import local
 
 _INT_VIEWS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
@@ -25,24 +26,30 @@ class ReplicaDivergenceError(RuntimeError):
 
 
 def bit_checksums(params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """One int64 per tensor: the sum of its elements' bit patterns."""
-    sums = [p.detach().contiguous().view(_INT_VIEWS[p.element_size()]).sum(dtype=torch.int64) for p in params]
+    """One int64 per tensor: the sum of its elements' bit patterns (of an FSDP2 parameter, this rank's shard)."""
+    sums = [local(p).detach().contiguous().view(_INT_VIEWS[p.element_size()]).sum(dtype=torch.int64)
+            for p in params]
     return torch.stack(sums) if sums else torch.zeros(0, dtype=torch.int64)
 
 
-def check_replicas(named_params: Sequence[tuple[str, torch.Tensor]], step: int, group=None) -> None:
-    """Raise ReplicaDivergenceError unless every rank's parameters are bitwise equal (collective)."""
-    if not dist.is_initialized() or dist.get_world_size(group) == 1:
+def check_replicas(named_params: Sequence[tuple[str, torch.Tensor]], step: int, shards: int = 1) -> None:
+    """Raise ReplicaDivergenceError on every rank unless the replicas are bitwise equal (collective). `shards`:
+    the node hierarchy's ranks per node, whose local shards differ; rank r must then equal rank r mod `shards`
+    (the same shard on node 0); 1: every rank holds the whole model and must equal rank 0."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
         return
-    local = on_collective_device(bit_checksums([p for _, p in named_params]), group)  # NCCL: stays on the GPU
-    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, local, group=group)
+    mine = on_collective_device(bit_checksums([p for _, p in named_params]))  # NCCL: stays on the GPU
+    gathered = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
     table = torch.stack(gathered).cpu()  # (world_size, num_params); one host copy, only when the guard runs
-    differs = (table != table[0]).any(dim=0)
+    reference = table[torch.arange(table.shape[0]) % shards]  # each rank's replica on node 0
+    differs = (table != reference).any(dim=0)
     if differs.any():
         first = int(differs.nonzero()[0])
-        ranks = [r for r in range(table.shape[0]) if table[r, first] != table[0, first]]
+        pairs = [(r % shards, r) for r in range(table.shape[0]) if table[r, first] != reference[r, first]]
+        between = (f"between rank 0 and rank(s) {[r for _, r in pairs]}" if shards == 1 else
+                   "between the ranks of one shard: " + ", ".join(f"rank {a} vs rank {b}" for a, b in pairs))
         raise ReplicaDivergenceError(
-            f"replicas diverged at step {step}: parameter {named_params[first][0]!r} differs between rank 0 and "
-            f"rank(s) {ranks} ({int(differs.sum())} of {len(named_params)} parameters differ). The run is stopped: "
+            f"replicas diverged at step {step}: parameter {named_params[first][0]!r} differs {between} "
+            f"({int(differs.sum())} of {len(named_params)} parameters differ). The run is stopped: "
             "its replicas no longer train one model. Resume from the last checkpoint.")

@@ -34,6 +34,7 @@ from src.reliability.config import Reliability
 from src.reliability import nonfinite
 from src.reliability.nonfinite import NonFiniteStepError, Verdict
 from src.reliability.rng import capture_rng_state
+from src.reliability.sharded_state import ShardedState
 from src.reliability.signals import STOP, Interrupted, StopSignals
 from src.reliability.train_state import CHECKPOINT_DIR, Progress
 
@@ -46,7 +47,8 @@ def check_reliability_config(reliability: Reliability, world_size: int) -> None:
 class StepHooks:
     def __init__(self, reliability: Reliability, ctx: DistContext, run_dir: Path, model, optimizer, task,
                  meta: dict, total_steps: int, progress: Progress | None = None, stop: StopSignals | None = None,
-                 agreement: Agreement | None = None):
+                 agreement: Agreement | None = None, shards: ShardedState | None = None,
+                 replica_shards: int = 1):
         self.ctx, self.model, self.optimizer, self.task, self.meta = ctx, model, optimizer, task, meta
         self.total_steps, self.progress = total_steps, progress or Progress()
         self.faults = Faults.from_config(reliability.fault, ctx.rank, ctx.world_size)
@@ -61,6 +63,8 @@ class StepHooks:
         self.agreement = agreement or Agreement()  # the step's agreement (default group unless the engine says)
         nonfinite.register(self.agreement)
         self.stop.register(self.agreement)
+        self.shards = shards  # hierarchy=node: the checkpoints' sharded part (src/reliability/sharded_state.py)
+        self.replica_shards = replica_shards  # ranks per node whose shards differ (1: every rank holds the model)
 
     def begin(self, step: int) -> None:
         self.step = step
@@ -89,7 +93,8 @@ class StepHooks:
                       f"ranks ({self.progress.skipped_steps} skipped so far)", flush=True)
             return verdict
         rng, data = self._before
-        path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data)
+        path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta, rng, data,
+                                self.shards)
         raise NonFiniteStepError(f"non-finite loss or gradient at step {self.step} on rank(s) {bad} "
                                  f"(nonfinite.policy=stop). The last good state (after step {self.progress.step}) is "
                                  f"saved in {path}; continue with resume={path} (e.g. with a lower optim.lr) or use "
@@ -117,9 +122,10 @@ class StepHooks:
         self.faults.maybe_perturb(step, self.params)
         stopping, saving = self.stops_at(step), self.saves_at(step)
         if self.guard_every and (saving or step % self.guard_every == 0):
-            check_replicas(self.named, step)
+            check_replicas(self.named, step, self.replica_shards)
         if saving:
-            path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta)
+            path = train_state.save(self.manager, self.model, self.optimizer, self.task, self.progress, self.meta,
+                                    shards=self.shards)
             if self.ctx.is_main:
                 print(f"lioncub: checkpoint {path}", flush=True)
             if stopping:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from src.comm.agreement import Agreed, Agreement
+from src.optim import shards
 
 POLICIES = ("skip", "stop")
 NONFINITE = "nonfinite"  # the field of the step's agreement: some rank's loss or gradient is not finite
@@ -53,7 +54,7 @@ def step_is_finite(loss: torch.Tensor, grad_norm: torch.Tensor | None, params=No
     ok = torch.isfinite(loss.detach()).all()
     if grad_norm is not None:
         return ok & torch.isfinite(grad_norm)
-    grads = [p.grad for p in params or () if p.grad is not None]
+    grads = [shards.local(p.grad) for p in params or () if p.grad is not None]  # FSDP2: this rank's shards
     if grads:
         ok = ok & torch.isfinite(torch.stack(torch._foreach_norm(grads))).all()
     return ok

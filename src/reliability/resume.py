@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from src.distributed.topology import NodeTopology
 from src.errors import SetupError
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from src.reliability.resize import Resize
@@ -94,8 +95,9 @@ def _mode(cfg, found: Checkpoint, newest: int) -> str:
     return "rewind" if cfg.resume_rewind else "branch"
 
 
-def find_resume_point(cfg, rank: int, world_size: int) -> ResumePoint | None:
-    """The checkpoint to resume from, or None for a fresh start; reads files only (no process group)."""
+def find_resume_point(cfg, rank: int, world_size: int, topology: NodeTopology | None = None) -> ResumePoint | None:
+    """The checkpoint to resume from, or None for a fresh start; reads files only (no process group). `topology`:
+    this run's nodes (variant.hierarchy=node), else None."""
     mode = resume_mode(cfg)
     if cfg.resume_rewind and mode != "path":
         raise SetupError(f"resume_rewind=true applies to resume=<checkpoint folder> (an older checkpoint of a run), "
@@ -123,12 +125,28 @@ def find_resume_point(cfg, rank: int, world_size: int) -> ResumePoint | None:
     newest = max(manager_for(found.path.parent).completed_steps(), default=found.step)
     chosen = _mode(cfg, found, newest) if mode == "path" else "continue"  # true/auto: the newest valid one
     saved = found.manifest["world_size"]
-    resize = None if saved == world_size else Resize(found.step, saved, world_size, cfg.resume_momenta)
+    layout = check_layout(found, topology)
+    moved = saved != world_size or (topology is not None and layout != topology)
+    resize = Resize(found.step, saved, world_size, cfg.resume_momenta) if moved else None
     point = ResumePoint(Path(run_dir), found, chosen, newest, resize)
     if point.mode != "branch" and cfg.run.dir and Path(cfg.run.dir).resolve() != Path(run_dir).resolve():
         raise SetupError(f"resume={cfg.resume} continues the run in {run_dir}, but run.dir={cfg.run.dir}; leave "
                          "run.dir unset or give the same folder")
     return point
+
+
+def check_layout(found: Checkpoint, topology: NodeTopology | None) -> NodeTopology | None:
+    """The node layout `found` was written on (None: a flat run's); a flat checkpoint resumed as a node run, or
+    the reverse, is refused by name: their momenta belong to other voters and their files are laid out otherwise."""
+    layout = found.manifest.get("layout")
+    saved = None if not layout else NodeTopology(layout["nodes"], layout["ranks_per_node"])
+    if (saved is None) != (topology is None):
+        wrote = "a flat run (every rank a voter with a full replica)" if saved is None else \
+            f"a variant.hierarchy=node run ({saved.describe()}: sharded files, one momentum per node)"
+        this = "variant.hierarchy=node" if topology is not None else "variant.hierarchy=flat"
+        raise SetupError(f"checkpoint {found.path} was written by {wrote}, but this run is {this}; lioncub does not "
+                         f"convert between the two: resume with the hierarchy it was written with, or start a new run")
+    return saved
 
 
 def check_compatible(point: ResumePoint, cfg: DictConfig, meta_model: torch.nn.Module, total_steps: int) -> None:

@@ -28,11 +28,13 @@ from pathlib import Path
 
 import torch
 
+from src.distributed.topology import NodeTopology
 from src.errors import SetupError
 from src.optim.momentum_sync import named_parameters_with_aliases
 from src.reliability.checkpoint import Checkpoint, CheckpointError, CheckpointManager
 from src.reliability.resize import DATA_STREAM, RNG_STREAM, Resize, ReshapeError, derived_seed, reshape_optimizer_state
 from src.reliability.rng import capture_rng_state, fits_generator, restore_rng_state, seed_host_rngs
+from src.reliability.sharded_state import ShardedState
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -71,11 +73,22 @@ def rank_state(optimizer, task, progress: Progress, rng: dict | None = None, dat
 
 
 def save(manager: CheckpointManager, model, optimizer, task, progress: Progress, meta: dict,
-         rng: dict | None = None, data: dict | None = None) -> Path:
-    """Write the checkpoint of `progress.step` (collective)."""
-    model_state = model.state_dict() if manager.rank == 0 else None
+         rng: dict | None = None, data: dict | None = None, shards: ShardedState | None = None) -> Path:
+    """Write the checkpoint of `progress.step` (collective); with `shards` (the node hierarchy) the parameters and
+    momenta go to its sharded files instead of model.pt and the rank files."""
+    model_state = model.state_dict() if manager.rank == 0 and shards is None else None
     meta = {**meta, "step": progress.step, "progress": asdict(progress), "data_position": task.position(data)}
-    return manager.save(progress.step, rank_state(optimizer, task, progress, rng, data), model_state, meta)
+    state = rank_state(optimizer, task, progress, rng, data)
+    if shards is not None:
+        state["optimizer"] = without_momenta(state["optimizer"])
+    return manager.save(progress.step, state, model_state, meta, shards)
+
+
+def without_momenta(optimizer_state: dict) -> dict:
+    """An optimizer `state_dict()` without its momenta (a sharded checkpoint keeps them in its shards)."""
+    state = {index: {k: v for k, v in entries.items() if k != "exp_avg"}
+             for index, entries in optimizer_state["state"].items()}
+    return {**optimizer_state, "state": state}
 
 
 def portable_optimizer_state(state: dict, device: torch.device) -> tuple[dict, list[str]]:
@@ -147,3 +160,37 @@ def restore_resized(manager: CheckpointManager, checkpoint: Checkpoint, model, o
             print(f"lioncub: note: resuming {checkpoint.path}: {note}", flush=True)
     return Progress(**source["progress"]), rules
 
+
+
+def restore_sharded(manager: CheckpointManager, checkpoint: Checkpoint, optimizer, task, shards: ShardedState,
+                    seed: int, momenta: str) -> tuple[Progress, dict]:
+    """Load a node run's `checkpoint` (its rank files and shards) into this rank; at another node layout the rank
+    files of old rank r mod P are read and the random streams re-derived, as `restore_resized` does. Returns the
+    loop's progress and the rules used (empty at the same layout)."""
+    old = NodeTopology(**{k: checkpoint.manifest["layout"][k] for k in ("nodes", "ranks_per_node")})
+    same = old == shards.topology
+    source = manager.rank if same else manager.rank % old.world_size
+    try:
+        mine = manager.load_rank(checkpoint, source)
+    except CheckpointError as exc:
+        raise SetupError(f"resume from {checkpoint.path}: {exc}") from exc
+    optimizer_state, notes = portable_optimizer_state(mine["optimizer"], next(shards.model.parameters()).device)
+    optimizer.load_state_dict(optimizer_state)
+    rules = {"momenta": shards.load(checkpoint.path, old, momenta)}
+    if same:
+        task.load_data_state(mine["data"])
+        notes += restore_rng_state(mine["rng"])
+        rules = {}
+    else:
+        new = shards.topology.world_size
+        rng_seed = derived_seed(seed, checkpoint.step, new, manager.rank, RNG_STREAM)
+        torch.manual_seed(rng_seed)
+        seed_host_rngs(rng_seed)
+        rules["rng"] = f"re-derived from (seed, step {checkpoint.step}, world size {new}, rank)"
+        rules["data"] = task.load_resized_data_state(mine["data"], old.world_size, derived_seed(
+            seed, checkpoint.step, new, manager.rank, DATA_STREAM))
+        rules["layout"] = f"{old.describe()} -> {shards.topology.describe()}"
+    if manager.rank == 0:
+        for note in notes:
+            print(f"lioncub: note: resuming {checkpoint.path}: {note}", flush=True)
+    return Progress(**mine["progress"]), rules

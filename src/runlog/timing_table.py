@@ -21,8 +21,9 @@ from src.runlog.runs import Run, distinguish, load_run
 from src.utils.run_label import overlap_mode
 
 PHASES = ("forward", "backward", "quantize", "communicate", "update")
+INSIDE = ("allgather", "reduce_scatter")  # hierarchy=node: FSDP2's in-node collectives, inside forward and backward
 COLUMNS = ("network", "label", "variant", "nodes", "procs", "params_M", "batch", *(f"{p}_ms" for p in PHASES),
-           "other_ms", "total_ms", "total_sd_ms", "peak_mem_MiB", "steps_timed")
+           "other_ms", "total_ms", "total_sd_ms", *(f"{p}_ms" for p in INSIDE), "peak_mem_MiB", "steps_timed")
 
 
 def timed_rows(run: Run) -> list[dict]:
@@ -46,6 +47,7 @@ def timing_summary(run: Run) -> dict:
     if not rows:
         raise ValueError(f"{run.path}: no timed training steps in metrics.jsonl")
     ms = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in PHASES}
+    inside = {p: 1000 * fmean(r.get(f"time/{p}", 0.0) for r in rows) for p in INSIDE}
     totals = [1000 * r["time/total"] for r in rows]
     total = fmean(totals)
     peak = max((r.get("mem/peak_bytes") or 0) for r in rows)
@@ -63,6 +65,7 @@ def timing_summary(run: Run) -> dict:
         "other_ms": round(total - sum(ms.values()), 2),
         "total_ms": round(total, 2),
         "total_sd_ms": round(stdev(totals), 2) if len(totals) > 1 else None,  # the spread of the step times
+        **{f"{p}_ms": round(v, 2) for p, v in inside.items()},  # part of forward and backward, not of "other"
         "peak_mem_MiB": round(peak / 2**20, 1),
         "steps_timed": len(rows),
     }
@@ -81,14 +84,14 @@ def to_markdown(rows: list[dict], columns=COLUMNS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(rows: list[dict], out_dir: str | Path, stem: str = "timing") -> tuple[Path, Path]:
-    """Write `<stem>.md` and `<stem>.csv` into `out_dir`; returns both paths."""
+def write_table(rows: list[dict], out_dir: str | Path, stem: str = "timing", columns=COLUMNS) -> tuple[Path, Path]:
+    """Write `<stem>.md` and `<stem>.csv` of `columns` into `out_dir`; returns both paths."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path = out_dir / f"{stem}.md", out_dir / f"{stem}.csv"
-    md.write_text(to_markdown(rows))
+    md.write_text(to_markdown(rows, columns))
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        writer = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
     return md, csv_path

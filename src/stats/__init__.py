@@ -8,6 +8,9 @@ uses them, and on the momentum after the step. Sums over ranks are sharded, one 
 an all-to-all of c (float32), of the quantized codes (int8) and of the momentum (float32) gives rank j every rank's
 values of shard j, which it sums and counts; the per-layer tables then meet on rank 0. No rank gathers another's whole
 vector. Rank 0 logs. Its time is `time/stats`, outside `time/total`, `train_time` and the phases of Table A.1.
+The voters are the ranks, or the nodes with `variant.hierarchy: node` (i runs over nodes: c_i is node i's, sharded
+over its ranks; the sums run over the nodes, each rank on its shards, and node 0's ranks combine them into whole
+layers: src/stats/hook.py).
 
 Modules: `config` (the `stats:` block, checked before training), `agreement` (across-rank sums and sign counts),
 `distribution` (rank 0's per-layer histograms and Laplace/Gaussian fits), `report` (keys, arrays file, W&B
@@ -43,7 +46,7 @@ always cover every trainable parameter.
 
 Arrays: rank 0 writes `<run>/stats/step_<step:08d>.npz` (numpy.savez_compressed, no pickles) per statistics step.
 L = selected layers in model order, M = methods, B = `stats.hist.bins`; sign index 0 = pos, 1 = neg, 2 = zero.
-`format` () int64 = 1; `step`, `world_size` () int64; `layers` (L,) str; `numel` (L,) int64; `methods` (M,) str;
+`format` () int64 = 1; `step`, `world_size` (the voters: ranks, or nodes) () int64; `layers` (L,) str; `numel` (L,) int64; `methods` (M,) str;
 `levels` (M,) int64; `vote_counts` (L, 3, 3) int64 [layer, lion, vote]; `method_counts` (L, M, 3, 3) int64
 [layer, method, lion, sign(sum_i Q(c_i))]; `match_counts`, `flip_counts` (L, M) int64; `momentum_std_max`,
 `momentum_std_mean` (L,) float64; `model_numel` () int64; `model_vote_counts` (3, 3), `model_method_counts`

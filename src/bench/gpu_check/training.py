@@ -2,7 +2,8 @@
 
 Each run is the real command (torchrun, Hydra config, process group, loop, optimizer, reducer, checkpoints) on the
 embedded demo corpus with the tiny GPT (3.3M parameters: seconds per run), `device=cuda network=infiniband` (NCCL),
-as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, overlap included):
+as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, overlap included, and the node
+hierarchy on FSDP2, whose ranks here are one node):
 
 - a run of 9 steps (`train.deterministic=true`: otherwise the compiled GPT's backward is not deterministic on
   CUDA, src/engine/determinism.py) with a checkpoint at step 3, the replica guard every 2 steps and a NaN gradient
@@ -11,7 +12,8 @@ as many ranks as GPUs up to 2. Per variant (the list of tests/test_gpu_path.py, 
   steps, in which each tie rule's kernels are first called, and outside `FAULT_STEPS`, the injected step and its
   neighbours, are its steady state);
 - its resume from the step-3 checkpoint (`resume_rewind=true`): the same losses, gradient norms and evaluations,
-  and bitwise the same final model and optimizer states as the uninterrupted run.
+  and bitwise the same final model and optimizer states as the uninterrupted run (a node run's sharded part, its
+  `torch.distributed.checkpoint` folder, read whole with `dcp_to_torch_save`).
 
 Besides: two uninterrupted cub4 runs compared with each other (if they differ, the device is not deterministic
 for this model and a resume mismatch says nothing about checkpoints); a CPU run's checkpoint resumed on the GPU;
@@ -25,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -32,13 +35,16 @@ import numpy as np
 import torch
 
 from src.bench.gpu_check.runner import GRACE_S, REPO
+from src.reliability.sharded_state import SHARDS_DIR as SHARDS  # a node run's DCP folder
 
 VARIANTS = {"lion32": ["variant=lion32"], "lion16": ["variant=lion16"],
             "cub8_sync": ["variant=cub8", "variant.momentum_sync.every=2", "variant.momentum_sync.layers=all"],
             "cub4": ["variant=cub4"], "cub1": ["variant=cub1"], "dlion_mavo": ["variant=dlion_mavo"],
             "dlion_avg": ["variant=dlion_avg"],
             "onebit_adam": ["variant=onebit_adam", "variant.adam_warmup_steps=2"],
-            "cub4_overlap": ["variant=cub4", "variant.overlap=true", "variant.reducer.chunk=65536"]}
+            "cub4_overlap": ["variant=cub4", "variant.overlap=true", "variant.reducer.chunk=65536"],
+            # variant.hierarchy: node on FSDP2 (the GPU's ranks are one node): the fused step on the shards, DCP
+            "cub4_node": ["variant=cub4_node"], "lion32_hsdp": ["variant=lion32_hsdp"]}
 STEPS, CHECKPOINT_AT, NAN_AT = 9, 3, 5
 TIMING_SKIP = 2  # warm-up: steps 1 and 2 call each tie rule's kernels (and build workspaces) for the first time
 FAULT_STEPS = (NAN_AT - 1, NAN_AT, NAN_AT + 1)  # the injected NaN's step and its neighbours
@@ -127,7 +133,20 @@ def same_run(got_dir: Path, want_dir: Path) -> str:
         differs = _tensors_differ(load(got_dir), load(want_dir), name)
         if differs:
             return f"final checkpoint differs at {differs}"
+    if (want_dir / final / SHARDS).is_dir():
+        differs = _tensors_differ(_sharded(got_dir / final), _sharded(want_dir / final), SHARDS)
+        if differs:
+            return f"final checkpoint differs at {differs}"
     return ""
+
+
+def _sharded(checkpoint: Path) -> dict:
+    """A node run's sharded state (its `torch.distributed.checkpoint` folder) as one dict of whole tensors."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(checkpoint / SHARDS, Path(tmp) / "whole.pt")
+        return torch.load(Path(tmp) / "whole.pt", map_location="cpu", weights_only=False)
 
 
 class Runs:

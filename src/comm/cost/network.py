@@ -1,6 +1,7 @@
 """The network section of the configuration (`conf/network/*.yaml`, Lion Cub Section 7's Ethernet and InfiniBand
 settings) as the typed object the process group (src.distributed.process_group) and the alpha-beta model of `reducer:
-auto` (src.comm.cost.network_fit) read.
+auto` (src.comm.cost.network_fit) read. `node_alpha`/`node_beta` are the link inside a node (NVLink on GPU nodes,
+loopback on the emulated hosts) that the node hierarchy's cost model reads (src.comm.cost.model `in_node_parts`).
 
 Every value comes from the YAML: the required keys have no default here, and a key the YAML may leave out (the
 emulated cluster's record, the paper-equivalent link's keys) is None when it does. `Network.parse` checks a mapping
@@ -34,6 +35,8 @@ class Network:
     share: Annotated[float, Range(ge=0), Doc("Lion 32-bit's communication share the link reproduces")] | None
     calibration: Annotated[str, Doc("the calibration file of the link's rate")] | None
     calibrated_share: Annotated[float, Range(ge=0), Doc("the share measured at that rate")] | None
+    node_alpha: Annotated[float, Range(ge=0), Doc("seconds per message inside a node (hierarchy=node)")] | None
+    node_beta: Annotated[float, Range(ge=0), Doc("seconds per bit inside a node (hierarchy=node)")] | None
 
     @classmethod
     def parse(cls, network: Network | Mapping) -> Network:

@@ -11,6 +11,7 @@ keys are a record. A run names the file in its network config (`network.fit`; nu
 numbers beside it (`network.alpha`, `network.beta`, with a comment on where they come from), which
 `network_costs` uses when the file does not exist, saying so in `source`. A malformed file is a ValueError naming
 the file and what is wrong (the run turns it into a SetupError before anything starts).
+The link inside a node (hierarchy=node) is the network config's `node_alpha`/`node_beta` (`node_link_costs`).
 Deliberate difference from the paper: the paper assumes alpha and beta for Fig. 2; we fit them to our links.
 """
 from __future__ import annotations
@@ -88,3 +89,14 @@ def network_costs(network: Network) -> NetworkCosts:
                          f"beta={beta!r}); run make bench or state them in conf/network/{name}.yaml")
     why = f"{path} not found; run make bench to measure" if path else "network.fit is null"
     return NetworkCosts(float(alpha), float(beta), f"network config {name!r} alpha/beta ({why})")
+
+
+def node_link_costs(network: Network) -> NetworkCosts:
+    """alpha and beta of the link inside a node (`network.node_alpha`, `network.node_beta`): what FSDP2's in-node
+    collectives cross under hierarchy=node; ValueError naming the network when they are not stated."""
+    alpha, beta = network.node_alpha, network.node_beta
+    if not (_number(alpha) and _number(beta)):
+        raise ValueError(f"network {network.name!r}: no usable network.node_alpha/network.node_beta (got "
+                         f"alpha={alpha!r}, beta={beta!r}); state the link inside a node in "
+                         f"conf/network/{network.name}.yaml")
+    return NetworkCosts(float(alpha), float(beta), f"network config {network.name!r} node_alpha/node_beta")

@@ -51,6 +51,8 @@ from src.comm.transport.pipeline import Chunk, ChunkPlan, run_pipeline
 from src.optim.chunked_step import StepRun
 from src.optim.fused import kernels
 from src.optim.fused.buffers import FlatBuffers, HyperTable, block_table, check_flat
+from src.optim.fused.shards import ShardBridge
+from src.optim.shards import is_sharded
 from src.quant.blocks import BLOCK, segment_inverse
 
 BUCKET = 1 << 26  # elements per bucket with `chunk: auto`
@@ -87,8 +89,13 @@ class FusedLionCub:
         device = params[0].device
         self.device, self.rules = device, float_rules(device)
         bucket = BUCKET if reducer.requested_chunk == "auto" else reducer.requested_chunk
-        self.plan = ChunkPlan([p.numel() for p in params], bucket, math.lcm(self.wire.align, BLOCK), BLOCK)
-        self.buffers = FlatBuffers(params, names, self.plan.layout, self.plan.padded_numel)
+        # FSDP2's shards (hierarchy=node) keep their storage: the buffers take stand-ins, copied to and fro
+        self.bridge = ShardBridge(params) if any(is_sharded(p) for p in params) else None
+        own = self.bridge.stand_ins if self.bridge else params
+        self.plan = ChunkPlan([p.numel() for p in own], bucket, math.lcm(self.wire.align, BLOCK), BLOCK)
+        self.buffers = FlatBuffers(own, names, self.plan.layout, self.plan.padded_numel)
+        if self.bridge:
+            self.bridge.attach(self.buffers.param_views, self.buffers.grad_views)
         nblocks = self.plan.padded_numel // BLOCK
         self.group_of_block = block_table(self.plan.layout, nblocks, group_of, 0, device)
         self.hyper = HyperTable(groups, device)
@@ -103,9 +110,17 @@ class FusedLionCub:
         return self.buffers.momentum_views[k]
 
     def zero_grad(self) -> bool:
-        """Zero the gradient buffer with one kernel, keeping `.grad` its views (True: done)."""
+        """Zero the gradient buffer with one kernel, keeping `.grad` its views (True: done); on FSDP2's shards
+        nothing (False: the optimizer's zero_grad drops FSDP2's gradients, and `pull` zeroes what it finds None)."""
+        if self.bridge:
+            return False
         self.buffers.zero_grad()
         return True
+
+    def after_step(self) -> None:
+        """Every bucket applied: FSDP2's shards take the new parameters (nothing to do on a flat run)."""
+        if self.bridge:
+            self.bridge.push()
 
     def phases(self) -> dict[str, str]:
         """Every phase runs in the Triton kernels: encode (`cub_encode`), the block statistics of scaled codes
@@ -125,6 +140,8 @@ class FusedLionCub:
         """This step over the bucket plan: flat buffers checked, hyperparameters uploaded, and for scaled
         quantizers every block's inverse scale computed. With `defer_momentum` the encodes leave the momentum
         as it is and `commit_momentum` steps it (one kernel: the same expression, so the same bits)."""
+        if self.bridge:
+            self.bridge.pull()
         self.buffers.adopt()
         self.hyper.update([HyperTable.row(g["lr"], g["weight_decay"], *g["betas"]) for g in param_groups])
         reduction = Reduction(self.reducer, self.plan, step, self.device, backend="triton")
