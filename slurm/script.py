@@ -118,6 +118,29 @@ def _move_aside_block() -> list[str]:
     ]
 
 
+def _signal_handlers() -> list[str]:
+    """The script's shell functions: `record` (one JSON line per event of the attempt, read by python -m
+    slurm.status), `warned` (Slurm's --signal: checkpoint, stop, then requeue), `finished`, and the traps."""
+    return [
+        'record() {  # one JSON line per event of this attempt, read by python -m slurm.status',
+        '  printf \'{"run": "%s", "job": "%s", "restart": %s, "event": "%s", "time": "%s"%s}\\n\' \\',
+        '    "$RUN" "$JOB" "$RESTART" "$1" "$(date +%FT%T%z)" "${2:-}" >> "$SUBMISSION/jobs/$RUN-$JOB.jsonl"',
+        '}',
+        'requeue=0 srun_pid=""',
+        'warned() {  # --signal: the time limit (or a preemption) is near',
+        '  requeue=1',
+        '  echo "lioncub: SIG$1 from Slurm: the ranks checkpoint and stop, then the job requeues itself"',
+        '  kill -"$1" "$srun_pid" 2>/dev/null',
+        '}',
+        "finished() {  # summary.json is also written when the ranks stop on a signal: interrupted_at says so",
+        '  [ -f "$RUN_DIR/summary.json" ] && ! grep -q \'"interrupted_at": [0-9]\' "$RUN_DIR/summary.json"',
+        "}",
+        "trap 'warned USR1' USR1",
+        "trap 'echo \"lioncub: SIGTERM from Slurm; passing it to the ranks\"; "
+        "kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
+    ]
+
+
 def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
     """The whole sbatch script."""
     kind = f"a job array of {len(job.runs)} runs" if job.is_array else f"run {job.runs[0].name}"
@@ -136,22 +159,7 @@ def render(job: JobSpec, profile: Profile, submission: Path, repo: Path) -> str:
              'RESTART=${SLURM_RESTART_COUNT:-0}',
              'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
              'MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))',
-             'record() {  # one JSON line per event of this attempt, read by python -m slurm.status',
-             '  printf \'{"run": "%s", "job": "%s", "restart": %s, "event": "%s", "time": "%s"%s}\\n\' \\',
-             '    "$RUN" "$JOB" "$RESTART" "$1" "$(date +%FT%T%z)" "${2:-}" >> "$SUBMISSION/jobs/$RUN-$JOB.jsonl"',
-             '}',
-             'requeue=0 srun_pid=""',
-             'warned() {  # --signal: the time limit (or a preemption) is near',
-             '  requeue=1',
-             '  echo "lioncub: SIG$1 from Slurm: the ranks checkpoint and stop, then the job requeues itself"',
-             '  kill -"$1" "$srun_pid" 2>/dev/null',
-             '}',
-             "finished() {  # summary.json is also written when the ranks stop on a signal: interrupted_at says so",
-             '  [ -f "$RUN_DIR/summary.json" ] && ! grep -q \'"interrupted_at": [0-9]\' "$RUN_DIR/summary.json"',
-             "}",
-             "trap 'warned USR1' USR1",
-             "trap 'echo \"lioncub: SIGTERM from Slurm; passing it to the ranks\"; "
-             "kill -TERM \"$srun_pid\" 2>/dev/null' TERM",
+             *_signal_handlers(),
              *_move_aside_block(),
              'record start ", \\"nodes\\": \\"$SLURM_JOB_NODELIST\\", \\"run_dir\\": \\"$RUN_DIR\\""',
              'echo "lioncub: run $RUN, job $JOB (attempt $((RESTART + 1))) on $SLURM_NNODES node(s)'

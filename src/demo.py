@@ -202,7 +202,7 @@ def share_note(timing: list[dict], link: str, record: dict, nproc: int, preset: 
     return note
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m src.demo", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="results folder (default: results/demo-<timestamp>)")
     p.add_argument("--preset", choices=tuple(PRESETS), default="laptop",
@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-min", type=float, default=9.25,
                    help="on the paper link, train fewer steps than the preset's when they would not fit")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run, e.g. train.steps=100")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     unknown = [v for v in args.variants if not (REPO / "conf" / "variant" / f"{v}.yaml").is_file()]
     if unknown:  # e.g. an override after --variants, which nargs="+" takes for a variant
         print(f"demo: error: no variant {', '.join(map(repr, unknown))} in conf/variant/ (the variants: "

@@ -24,6 +24,10 @@ COST = "the cost model's rows of Table 1 by algorithm name, the last one a defau
 BENCH = "the communication benchmark's cases by model name, a default for the rest (src/bench/comm_*)"
 PREDICATE = "a predicate true for one name by definition, the other branch right for every other name"
 KNOWN = {
+    ("src/bench/exit_stress.py", "members", "name in FAMILIES"):
+        "a family, else a variant's file, else refused naming it (the second test reads conf/variant/, not a name)",
+    ("src/bench/exit_stress.py", "one_run", "member[0] in ALONE"): PREDICATE + " (lion does not communicate: 1 rank)",
+    ("src/bench/node_cost.py", "Scheme.width", "self.algorithm != 'onebit'"): PREDICATE + " (onebit has no width)",
     ("src/bench/comm_model.py", "limit", "case.model == 'onebit'"): BENCH,
     ("src/bench/comm_model.py", "limit", "case.model == 'pbit'"): BENCH,
     ("src/bench/comm_report.py", "_bits_at", "spec.model != 'pbit'"): BENCH,

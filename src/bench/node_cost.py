@@ -71,14 +71,14 @@ def scheme(variant: str | Variant, voters: int) -> Scheme:
                          f"optimizer {v.optimizer!r}")
     options = dict(v.reducer)
     reducer = make_reducer(options.pop("name"), world_size=voters, rank=0, **options)
-    if reducer.name not in ALGORITHMS:
-        raise ValueError(f"variant {v.name!r}: reducer {reducer.name!r} has no row in Table 1's model "
-                         f"({', '.join(ALGORITHMS)})")
     if reducer.name == "pbit":
         return Scheme(v.name, v.hierarchy, "pbit", bits=reducer.bits)
-    if reducer.name.startswith("ps_"):
+    if reducer.name in ("ps_naive", "ps_tree"):
         return Scheme(v.name, v.hierarchy, reducer.name, word_size=reducer.bits)
-    return Scheme(v.name, v.hierarchy, reducer.name)
+    if reducer.name in ("onebit", "allreduce"):
+        return Scheme(v.name, v.hierarchy, reducer.name)
+    raise ValueError(f"variant {v.name!r}: reducer {reducer.name!r} has no row in Table 1's model "
+                     f"({', '.join(ALGORITHMS)})")
 
 
 def fsdp_units(model: torch.nn.Module, ranks_per_node: int) -> Units:

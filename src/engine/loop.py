@@ -145,6 +145,24 @@ def clip_gradients(model, clip: float | None) -> tuple[torch.Tensor | None, torc
     return norm, torch.clamp(clip / (norm + CLIP_EPS), max=1.0)
 
 
+def _model_collectives(comms, row: dict, result: LoopResult):
+    """The model's own collectives in the step just run (FSDP2's, `comms`; None: none): their bytes join `row` and
+    `result`; returns their timed phases for the step's row (None without them)."""
+    if comms is None:
+        return None
+    inside, sent = comms.take()
+    row.update(sent)
+    result.in_node_bytes = sent or result.in_node_bytes
+    return inside
+
+
+def _advance(progress, result: LoopResult, step: int, row: dict) -> None:
+    """`step` done: the result and the progress (what a checkpoint records) move to it."""
+    result.steps, result.last_loss = step, row["loss"]
+    progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
+    progress.warmup_time = result.warmup_time
+
+
 def _log(rows: list[dict], result: LoopResult, sinks: Sinks, warmup_steps: int) -> None:
     """Log completed rows, adding each step's time to the running training time (the loss-vs-time x-axis), or, for
     the first `warmup_steps` steps, to the warm-up time."""
@@ -193,9 +211,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job,
             evaluates = step == total_steps or bool(every and step % every == 0)
             row.update(train_step(task, model, optimizer, timer, amp, clip, schedule.lr_at(step - 1), hooks, stats,
                                   settle=lambda: evaluates or hooks.reads_state_at(step)))
-            inside, sent = comms.take() if comms is not None else (None, {})
-            row.update(sent)
-            result.in_node_bytes = sent or result.in_node_bytes
+            inside = _model_collectives(comms, row, result)
             row.update({unit: step * per_step + progress.units_offset, **memory.row(),
                         "skipped_steps": progress.skipped_steps, "world_size": ctx.world_size})
             result.peak_memory_bytes = row["mem/peak_bytes"]
@@ -207,9 +223,7 @@ def train(task: Task, model, optimizer, schedule: LRSchedule, sinks: Sinks, job,
             row["wall_time"] = time.perf_counter() - start
             pending.add(row, timer.take(), optimizer.timer.take(), *([inside] if inside else []))
             _log(pending.complete(wait=hooks.saves_at(step)), result, sinks, warmup)  # a checkpoint records train_time
-            result.steps, result.last_loss = step, row["loss"]
-            progress.step, progress.train_time, progress.wall_time = step, result.train_time, row["wall_time"]
-            progress.warmup_time = result.warmup_time
+            _advance(progress, result, step, row)
             bar.update(step, row)
             if hooks.end(step):  # every rank agreed to stop on a signal; the checkpoint of this step is written
                 break

@@ -139,14 +139,15 @@ def resolve_steps(train: Train, task: Task) -> int:
 def check_variant(job: Config, ctx: DistContext, model: torch.nn.Module,
                   topology: NodeTopology | None = None) -> None:
     """The variant at this launch: its voters are the ranks, or the nodes of `topology` (hierarchy=node)."""
-    voters, what = (ctx.world_size, "process(es)") if topology is None else (topology.nodes, "node(s) voting")
+    voters, what, unit = (ctx.world_size, "process(es)", "processes") if topology is None else (
+        topology.nodes, "node(s) voting", "nodes")
     try:
         validate_variant(job.variant, voters, model, network=job.network,
                          ranks_per_node=1 if topology is None else topology.ranks_per_node)
     except ValueError as exc:
         largest = largest_world_size(job.variant)
         limit = "" if largest is None or voters <= largest else (
-            f"; variant {job.variant.name} runs with at most {largest} voters: launch (or resume) with {largest} "
+            f"; variant {job.variant.name} runs with at most {largest} {unit}: launch (or resume) with {largest} "
             "or fewer")
         raise SetupError(f"variant={job.variant.name} with {voters} {what}: {exc}{limit}") from exc
 

@@ -141,7 +141,13 @@ def shard_model(model: torch.nn.Module, variant: Variant, topology: NodeTopology
     """Shard `model` in place with FSDP2 on every node (collective). Lion Cub: the node's mesh, an fp32
     reduce-scatter; lion_grad_allreduce: HSDP on the 2-D mesh, reduced in its `comm_dtype`."""
     mesh = topology.mesh(device.type)
-    hsdp = variant.optimizer == "lion_grad_allreduce"
+    if variant.optimizer == "lion_grad_allreduce":
+        hsdp = True  # FSDP2's HSDP, then standard Lion on the shards
+    elif variant.optimizer == "lion_cub":
+        hsdp = False  # FSDP2 inside the node, the vote across nodes
+    else:
+        raise ValueError(f"hierarchy=node shards lion_cub and lion_grad_allreduce variants, not optimizer "
+                         f"{variant.optimizer!r}")
     reduce_dtype = REDUCE_DTYPES[variant.comm_dtype] if hsdp else torch.float32
     policy = MixedPrecisionPolicy(reduce_dtype=reduce_dtype)
     shard_mesh = mesh if hsdp else mesh["local"]
