@@ -52,9 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     expected = world * (world + 1) / 2
     ok = bool(torch.all(tensor == expected))
     sent = "unknown" if before is None or after is None else str(after - before)
-    print(f"smoke: rank {rank}/{world} allreduce {'ok' if ok else 'WRONG'} (expected {expected:g}, got "
-          f"{tensor[0].item():g}); link {os.environ.get('GLOO_SOCKET_IFNAME', '-')} sent {sent} bytes; cpus "
-          f"{cpu_list(usable_cpus())} threads {torch.get_num_threads()}", flush=True)
+    line = (f"smoke: rank {rank}/{world} allreduce {'ok' if ok else 'WRONG'} (expected {expected:g}, got "
+            f"{tensor[0].item():g}); link {os.environ.get('GLOO_SOCKET_IFNAME', '-')} sent {sent} bytes; cpus "
+            f"{cpu_list(usable_cpus())} threads {torch.get_num_threads()}\n")
+    # one write of the whole line: the ranks of a host share its output pipe, and print's separate write of the
+    # newline (unbuffered output) let another rank's line start in the middle of this one
+    os.write(sys.stdout.fileno(), line.encode())
     if args.fail_rank == rank:
         raise RuntimeError(f"smoke: rank {rank} fails on purpose (--fail-rank {rank})")
     dist.barrier()
