@@ -3,13 +3,13 @@
 
 Why RUNS_PER_FAMILY = 20: an exit defect that strikes one run in ten leaves 20 clean runs in 0.9^20 = 12 % of tries,
 so this test catches it 88 times in 100, and 99.8 times in 100 over three CI runs; a defect of code every family
-shares meets 9 x 20 = 180 runs (all clean with probability 0.9^180, about 6e-9). 30 runs would lower the first 12 % to 4 % for another
-8 minutes of CI, which .ci/run's budget (75 minutes on 2 cores, with `make test`) does not leave. The known cause (a
-process group alive at interpreter exit) no longer needs luck: every run's shutdown checks that no group is left
-(src/distributed/lifetime.py), which tests/test_group_lifetime.py proves on its own. Each run is 4 steps of the tiny
-GPT with a checkpoint, a guard check and an evaluation every 2 steps, two runs at a time (about 11 s a run on 2
-AMD EPYC cores with 1 thread per rank, so about 2 minutes a family, 17 in all; measured at 30 runs: 133 to 191 s
-a family).
+shares meets 9 x 20 = 180 runs (all clean with probability 0.9^180, about 6e-9). 30 runs would lower the first 12 %
+to 4 % for another 8 minutes of CI, which .ci/run's budget (75 minutes on 2 cores, with `make test`) does not leave.
+The known cause (a process group alive at interpreter exit) no longer needs luck: every run's shutdown checks that
+no group is left (src/distributed/lifetime.py), which tests/test_group_lifetime.py proves on its own. Each run is 4
+steps of the tiny GPT with a checkpoint, a guard check and an evaluation every 2 steps, two runs at a time (about 11
+s a run on 2 AMD EPYC cores with 1 thread per rank, so about 2 minutes a family, 17 in all; measured at 30 runs: 133
+to 191 s a family).
 """
 from __future__ import annotations
 
