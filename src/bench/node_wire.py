@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from src.distributed.lifetime import release_dtensor_caches
 from src.distributed.threads import apply_thread_share
 from src.distributed.topology import node_topology
 from src.engine.consistency import broadcast_parameters
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         text = table(results)
         (out / "node_wire.md").write_text(f"{record['command']}\n\n{record['machine']}\n\n{text}")
         print(text, flush=True)
+    release_dtensor_caches()  # they hold the FSDP2 mesh and its groups past destroy (src.distributed.lifetime)
     dist.destroy_process_group()
     return 0
 

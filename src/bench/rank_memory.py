@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 from omegaconf import OmegaConf
 
 from src.bench.memory import CONF, gpt
+from src.distributed.lifetime import release_dtensor_caches
 from src.distributed.topology import NodeTopology
 from src.engine.sharding import shard_model
 from src.engine.state_memory import across_ranks, measure
@@ -90,6 +91,7 @@ def _rank_main(rank: int, world: int, store: str, out: str, args: tuple) -> None
     try:
         record = rank_record(*args)
     finally:
+        release_dtensor_caches()  # they hold the FSDP2 mesh and its groups past destroy (src.distributed.lifetime)
         dist.destroy_process_group()
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
 
